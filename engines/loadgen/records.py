@@ -1,0 +1,121 @@
+"""What one load-test request and one load level produce.
+
+Shared by the load generator (which fills them), the store (which keeps them)
+and the TUI (which shows them).  Times are Unix epoch seconds (float) taken
+from one wall-clock base plus ``perf_counter`` deltas, so they are comparable
+with telemetry frames and exact to the microsecond within a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class ErrorKind(StrEnum):
+    CONNECT = "connect"           # no byte of the request reached the server
+    HTTP_STATUS = "http_status"   # non-2xx answer
+    TIMEOUT = "timeout"
+    BROKEN_STREAM = "broken_stream"  # the stream ended without [DONE] / finish
+    NO_CONTENT = "no_content"     # 2xx but no content chunk at all
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    run_id: str
+    level_index: int
+    request_index: int
+    scheduled_at: float
+    """When the load profile wanted the request sent (no coordinated omission)."""
+    sent_at: float
+    first_token_at: float | None
+    end_at: float | None
+    """Last content chunk (the E2E end) — None when no content arrived."""
+    prompt_tokens: int | None
+    """Prompt tokens: ``usage.prompt_tokens`` when the engine sent usage."""
+    output_tokens: int
+    """Output tokens used for throughput: usage when present, else counted."""
+    usage_completion_tokens: int | None
+    counted_output_tokens: int
+    """Tokens re-counted from content chunks (one per chunk unless known)."""
+    chunk_count: int
+    itl_s: tuple[float, ...] = ()
+    """Gaps between consecutive content chunks, seconds."""
+    tokens_per_chunk: tuple[int, ...] = ()
+    error_kind: ErrorKind | None = None
+    http_status: int | None = None
+    error_message: str | None = None
+    incomplete: bool = False
+    """Stream ended early (e.g. cut by the run's deadline) but is not a failure."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_at is None else self.first_token_at - self.sent_at
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.end_at is None else self.end_at - self.sent_at
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.first_token_at is None or self.end_at is None or self.output_tokens < 2:
+            return None
+        return (self.end_at - self.first_token_at) / (self.output_tokens - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    mean: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LevelSummary:
+    """One concurrency (or rate) step of a run, summarised over its steady window."""
+
+    level_index: int
+    concurrency: int | None
+    request_rate: float | None
+    """Offered rate, requests/s (None for closed-loop levels)."""
+    started_at: float
+    ended_at: float
+    completed: int
+    failed: int
+    incomplete: int
+    output_tok_s: float
+    total_tok_s: float
+    request_s: float
+    achieved_rate: float
+    goodput_req_s: float | None
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    itl_s: Percentiles
+    e2e_s: Percentiles
+    ttft_from_schedule_s: Percentiles
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    total_output_tokens: int = 0
+    total_prompt_tokens: int = 0
+    usage_mismatches: int = 0
+    energy_j: float | None = None
+    """GPU energy over the level's window (energy-counter delta), when known."""
+    mean_gpu_util_pct: float | None = None
+    mean_power_w: float | None = None
+
+    @property
+    def failure_rate(self) -> float:
+        n = self.completed + self.failed
+        return self.failed / n if n else 0.0
+
+    @property
+    def output_tok_per_j(self) -> float | None:
+        if not self.energy_j or self.total_output_tokens == 0:
+            return None
+        return self.total_output_tokens / self.energy_j

@@ -1,0 +1,70 @@
+"""The one normalised engine sample every metrics dialect is parsed into.
+
+A value the engine does not report is ``None`` (shown as "n/a"), never 0: an
+operator must be able to tell "idle" from "not measured".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSummary:
+    """A Prometheus histogram reduced to what infer-top shows.
+
+    ``buckets`` are cumulative ``(upper_bound_s, count)`` pairs, ``+Inf`` last.
+    """
+
+    count: float
+    sum_s: float
+    buckets: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def mean_s(self) -> float | None:
+        return self.sum_s / self.count if self.count > 0 else None
+
+    def quantile_s(self, q: float) -> float | None:
+        """Quantile by linear interpolation inside the bucket (Prometheus'
+        ``histogram_quantile`` rule); None when there are no observations."""
+        if self.count <= 0 or not self.buckets:
+            return None
+        rank = q * self.count
+        prev_bound, prev_count = 0.0, 0.0
+        for bound, cum in self.buckets:
+            if cum >= rank:
+                if bound == float("inf"):
+                    return prev_bound
+                width = cum - prev_count
+                frac = (rank - prev_count) / width if width > 0 else 0.0
+                return prev_bound + (bound - prev_bound) * frac
+            prev_bound, prev_count = bound, cum
+        return prev_bound
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """One scrape of one engine, normalised across dialects."""
+
+    engine: str
+    """Engine kind: vllm, sglang, tgi, llamacpp, ollama, trtllm, lmdeploy."""
+    kv_cache_usage: float | None = None
+    """Fraction 0–1 of the KV cache in use."""
+    kv_cache_usage_is_estimate: bool = False
+    """True where infer-top derived the KV use (llama.cpp slot contexts)."""
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    generation_tokens_in_flight: float | None = None
+    """Tokens decoded so far by requests still running (llama.cpp ``/slots``)."""
+    preemptions_total: float | None = None
+    prefix_cache_hit_rate: float | None = None
+    """Fraction 0–1 of prompt tokens served from the prefix cache."""
+    ttft: HistogramSummary | None = None
+    inter_token_latency: HistogramSummary | None = None
+    e2e_latency: HistogramSummary | None = None
+    engine_version: str | None = None
+    raw: Mapping[str, float] = field(default_factory=dict)
+    """Every numeric series as scraped, keyed by ``name{label="v",...}``."""

