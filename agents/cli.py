@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from tui import __version__
+from agents import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:

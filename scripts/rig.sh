@@ -18,6 +18,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
 CACHE="${INFER_TOP_RIG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/infer-top-rig}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
+DOCKERD="${INFER_TOP_DOCKERD:-dockerd}"            # the daemon command (tests point it elsewhere)
+DOCKERD_WAIT_S="${INFER_TOP_DOCKERD_WAIT_S:-30}"
 [ "${1:-}" = "--python" ] && PY="$2"
 
 say()  { printf '[rig] %s\n' "$*" >&2; }
@@ -35,17 +37,20 @@ apt_install() {
 mkdir -p "$CACHE"
 
 # --- 1. Docker Engine -------------------------------------------------------
-if ! command -v dockerd >/dev/null 2>&1; then
-  say "dockerd missing: installing Debian's docker.io"
+if ! command -v "$DOCKERD" >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+  say "Docker missing: installing Debian's docker.io"
   apt_install docker.io
 fi
 if ! docker info >/dev/null 2>&1; then
   say "no Docker daemon answers: starting dockerd in the background (log: $CACHE/dockerd.log)"
-  command -v dockerd >/dev/null || die "dockerd not found after install"
+  command -v "$DOCKERD" >/dev/null || die "$DOCKERD not found after installing docker.io"
   # setsid: the daemon must outlive this script and the test run that follows.
-  setsid dockerd >"$CACHE/dockerd.log" 2>&1 < /dev/null &
-  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
-  docker info >/dev/null 2>&1 || { tail -n 20 "$CACHE/dockerd.log" >&2; die "dockerd did not come up within 30 s (see $CACHE/dockerd.log)"; }
+  setsid "$DOCKERD" >"$CACHE/dockerd.log" 2>&1 < /dev/null &
+  for _ in $(seq 1 $((DOCKERD_WAIT_S * 2))); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  if ! docker info >/dev/null 2>&1; then
+    tail -n 20 "$CACHE/dockerd.log" >&2
+    die "the Docker daemon did not come up within ${DOCKERD_WAIT_S} s (log: $CACHE/dockerd.log). Start it yourself (dockerd &) or check that this machine may run containers, then run this again."
+  fi
 fi
 say "docker: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"
 
@@ -74,7 +79,7 @@ else
       "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD_DIR/src" 2>/dev/null \
     || "$PY" -m pip download -q --no-deps --no-binary :all: \
       "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$BUILD_DIR/src" \
-    || die "could not download llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION from PyPI"
+    || die "could not download llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION from PyPI: check the version (LLAMA_CPP_PYTHON_VERSION) and that PyPI is reachable"
   fi
   SRC="$BUILD_DIR/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
   [ -d "$SRC" ] || tar -C "$BUILD_DIR/src" -xzf "$SDIST" || die "could not unpack $SDIST"

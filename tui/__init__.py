@@ -1,8 +1,5 @@
 """infer-top's control plane: the Textual app (the only package importing Textual)."""
 
-from importlib.metadata import PackageNotFoundError, version
+from agents import __version__
 
-try:
-    __version__ = version("infer-top")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0+unknown"
+__all__ = ["__version__"]
