@@ -1,0 +1,247 @@
+"""``infer-top runs``: list, show, compare, export, delete stored runs; vacuum, prune."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO
+
+from rich.console import Console
+from rich.table import Table
+
+from store.errors import StoreError
+from store.export import (
+    comparison_to_csv,
+    comparison_to_json,
+    comparison_to_markdown,
+    requests_to_jsonl,
+)
+from store.models import Comparison, RunInfo
+from store.store import Store, default_db_path, open_store
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration_s(text: str) -> float:
+    """ "90s", "30m", "12h", "7d", "2w" (or plain seconds) -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; write e.g. 90s, 30m, 12h, 7d or 2w"
+        )
+    return float(m.group(1)) * _UNITS_S[m.group(2) or "s"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "runs",
+        help="list, show, compare and export stored load-test runs",
+        description="Stored load-test runs. The store is one SQLite file: --db, else "
+        "$INFER_TOP_DB, else $XDG_DATA_HOME/infer-top/infer-top.db.",
+    )
+    p.add_argument(
+        "--db", type=Path, default=None, help=f"store file (default {default_db_path()})"
+    )
+    p.set_defaults(func=run, runs_command=None)
+    rs = p.add_subparsers(dest="runs_command", metavar="ACTION")
+
+    ls = rs.add_parser("list", help="runs, newest first")
+    ls.add_argument("--engine", help="only this engine kind")
+    ls.add_argument("--node", help="only runs on this node")
+    ls.add_argument("--status", help="running | completed | failed | cancelled")
+    ls.add_argument("--limit", type=int, default=50)
+
+    show = rs.add_parser("show", help="one run: its settings and every load level")
+    show.add_argument("run", help="run id (a unique prefix is enough)")
+
+    cmp_ = rs.add_parser("compare", help="runs side by side, level by level")
+    cmp_.add_argument("runs", nargs="+", metavar="RUN")
+    cmp_.add_argument(
+        "--threshold",
+        type=float,
+        default=0.05,
+        help="with two runs of one configuration, list metrics that got worse by more "
+        "than this fraction (default 0.05)",
+    )
+
+    ex = rs.add_parser("export", help="write a comparison (csv, json, md) or requests (jsonl)")
+    ex.add_argument("runs", nargs="+", metavar="RUN")
+    ex.add_argument("--format", choices=("csv", "json", "md", "jsonl"), default="md")
+    ex.add_argument("-o", "--output", type=Path, default=None, help="file (default: stdout)")
+    ex.add_argument("--detailed", action="store_true", help="md: add latency and energy columns")
+
+    rm = rs.add_parser("delete", help="delete a run with its levels and requests")
+    rm.add_argument("run")
+
+    rs.add_parser("vacuum", help="compact the store file (VACUUM)")
+
+    pr = rs.add_parser("prune", help="fold old telemetry outside runs into per-minute history")
+    pr.add_argument("--older-than", type=parse_duration_s, default=parse_duration_s("7d"))
+    pr.add_argument(
+        "--history-older-than",
+        type=parse_duration_s,
+        default=None,
+        help="also delete per-minute history older than this",
+    )
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _num(value: float | None, fmt: str = ",.1f", scale: float = 1.0) -> str:
+    return "n/a" if value is None else format(value * scale, fmt)
+
+
+def _runs_table(runs: list[RunInfo]) -> Table:
+    t = Table(title="runs", title_justify="left")
+    for col in ("id", "name", "engine", "node", "status", "levels", "requests", "created"):
+        t.add_column(col, justify="right" if col in {"levels", "requests"} else "left")
+    for r in runs:
+        name = (r.name or "") + (" (simulated)" if r.simulated else "")
+        t.add_row(
+            r.run_id,
+            name,
+            r.engine_kind or "-",
+            r.node or "-",
+            r.status,
+            str(r.level_count),
+            f"{r.request_count:,}",
+            _when(r.created_at),
+        )
+    return t
+
+
+def _comparison_table(c: Comparison) -> Table:
+    t = Table(title="comparison", title_justify="left")
+    cols = ["run", "level", "out tok/s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"]
+    cols += ["failed", "GPU util %", "power W", "J/token", "tok/J"]
+    for col in cols:
+        t.add_column(col, justify="left" if col == "run" else "right")
+    for r in c.rows:
+        level = f"c={r.concurrency}" if r.concurrency is not None else f"{r.request_rate:g} req/s"
+        t.add_row(
+            f"{r.label} [{r.run_id}]",
+            level,
+            _num(r.output_tok_s),
+            _num(r.request_s, ",.2f"),
+            _num(r.ttft_p50_s, scale=1000),
+            _num(r.ttft_p99_s, scale=1000),
+            _num(r.tpot_p50_s, ",.2f", 1000),
+            f"{r.failure_rate:.1%}",
+            _num(r.mean_gpu_util_pct),
+            _num(r.mean_power_w),
+            _num(r.j_per_token, ".3f"),
+            _num(r.tok_per_j, ".3f"),
+        )
+    return t
+
+
+def _show(console: Console, st: Store, run_id: str) -> None:
+    r = st.get_run(run_id)
+    console.print(f"[bold]{r.label}[/bold]  id {r.run_id}  status {r.status}")
+    console.print(f"engine {r.engine_kind or '-'} on {r.node or '-'}, deployment {r.deployment_id}")
+    console.print(f"created {_when(r.created_at)}, finished {_when(r.finished_at)}")
+    for name, value in (("profile", r.profile), ("workload", r.workload)):
+        console.print(f"{name}: {value}")
+    console.print(f"software: {r.software_versions}")
+    if r.simulated:
+        console.print("[yellow]simulated engine: figures are not measurements of real hardware")
+    console.print(_comparison_table(st.compare([r.run_id])))
+
+
+def _compare(console: Console, st: Store, args: argparse.Namespace) -> None:
+    c = st.compare(args.runs)
+    console.print(_comparison_table(c))
+    if len(c.runs) == 2:
+        base, new = c.runs
+        try:
+            found = st.regressions(base.run_id, new.run_id, args.threshold)
+        except StoreError as exc:
+            console.print(f"[dim]no regression check: {exc}")
+            return
+        if not found:
+            console.print(f"no metric got worse by more than {args.threshold:.0%}")
+        for g in found:
+            level = f"c={g.concurrency}" if g.concurrency is not None else f"{g.request_rate} req/s"
+            console.print(
+                f"[red]regression[/red] {level} {g.metric}: {g.base:.4g} -> {g.new:.4g} "
+                f"({g.change:+.1%})"
+            )
+
+
+def _export(st: Store, args: argparse.Namespace, out: IO[str]) -> None:
+    if args.format == "jsonl":
+        for rid in args.runs:
+            requests_to_jsonl(st.iter_requests(rid), out)
+        return
+    c = st.compare(args.runs)
+    writers: dict[str, Callable[[Comparison], str]] = {
+        "csv": comparison_to_csv,
+        "json": comparison_to_json,
+        "md": lambda comp: comparison_to_markdown(comp, detailed=args.detailed),
+    }
+    out.write(writers[args.format](c))
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    err = Console(stderr=True)
+    if args.runs_command is None:
+        args.runs_command, args.engine, args.node, args.status, args.limit = (
+            "list",
+            None,
+            None,
+            None,
+            50,
+        )
+    try:
+        with ExitStack() as stack:
+            st = stack.enter_context(open_store(args.db))
+            cmd = args.runs_command
+            if cmd == "list":
+                runs = st.list_runs(
+                    engine_kind=args.engine, node=args.node, status=args.status, limit=args.limit
+                )
+                if not runs:
+                    console.print(f"no runs stored in {st.path}; `infer-top bench ...` makes one")
+                else:
+                    console.print(_runs_table(runs))
+            elif cmd == "show":
+                _show(console, st, args.run)
+            elif cmd == "compare":
+                _compare(console, st, args)
+            elif cmd == "export":
+                if args.output is None:
+                    _export(st, args, sys.stdout)
+                else:
+                    with args.output.open("w", encoding="utf-8") as fh:
+                        _export(st, args, fh)
+                    err.print(f"wrote {args.output}")
+            elif cmd == "delete":
+                n = st.delete_run(args.run)
+                console.print(f"deleted run {args.run} and its {n:,} requests")
+            elif cmd == "vacuum":
+                before, after = st.vacuum()
+                console.print(f"vacuumed {st.path}: {before:,} -> {after:,} bytes")
+            elif cmd == "prune":
+                res = st.prune_telemetry(args.older_than, args.history_older_than)
+                console.print(
+                    f"pruned {res.gpu_samples_deleted:,} GPU and {res.engine_samples_deleted:,} "
+                    f"engine samples outside runs ({res.history_rows_written:,} per-minute "
+                    f"history rows written, {res.history_rows_deleted:,} deleted)"
+                )
+    except StoreError as exc:
+        err.print(f"infer-top runs: {exc}")
+        return 2
+    except OSError as exc:
+        err.print(f"infer-top runs: {exc}; check the path and its permissions")
+        return 2
+    return 0

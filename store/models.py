@@ -1,0 +1,366 @@
+"""Values the store hands out, and the row <-> record conversions.
+
+The load generator's ``RequestRecord`` / ``LevelSummary`` are stored as they
+are and read back equal; telemetry comes in as plain rows (``GpuRow``,
+``EngineRow``) because the store may not import the agent's frame classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from array import array
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from engines.loadgen.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
+
+_PERCENTILE_FIELDS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """One GPU's values at one instant on one node."""
+
+    node: str
+    ts: float
+    gpu_index: int
+    util_pct: float | None = None
+    mem_used_bytes: int | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
+    """The device's monotonic energy counter, joules."""
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRow:
+    """One engine's values at one instant on one node."""
+
+    node: str
+    ts: float
+    engine_id: str
+    engine_kind: str | None = None
+    kv_cache_usage: float | None = None
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    prompt_tok_s: float | None = None
+    generation_tok_s: float | None = None
+    ttft_p50_s: float | None = None
+    itl_p50_s: float | None = None
+
+
+TelemetryRow = GpuRow | EngineRow
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    run_id: str
+    name: str | None
+    engine_kind: str | None
+    node: str | None
+    deployment_id: str | None
+    profile: dict[str, Any]
+    workload: dict[str, Any]
+    software_versions: dict[str, Any]
+    simulated: bool
+    status: str
+    created_at: float
+    finished_at: float | None
+    level_count: int = 0
+    request_count: int = 0
+    """Completed + failed + incomplete requests over the stored levels."""
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.engine_kind or 'run'} {self.run_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class LevelRow:
+    run_id: str
+    summary: LevelSummary
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonRow:
+    """One run at one load level, with the metrics a comparison shows."""
+
+    run_id: str
+    label: str
+    engine_kind: str | None
+    node: str | None
+    simulated: bool
+    level_index: int
+    concurrency: int | None
+    request_rate: float | None
+    started_at: float
+    ended_at: float
+    output_tok_s: float
+    request_s: float
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    tpot_p50_s: float | None
+    failure_rate: float
+    total_output_tokens: int
+    mean_gpu_util_pct: float | None
+    mean_power_w: float | None
+    energy_j: float | None
+    energy_source: str | None
+    """"loadgen" (the level's own figure), "telemetry" (stored GPU samples) or None."""
+
+    @property
+    def j_per_token(self) -> float | None:
+        if self.energy_j is None or self.total_output_tokens == 0:
+            return None
+        return self.energy_j / self.total_output_tokens
+
+    @property
+    def tok_per_j(self) -> float | None:
+        if not self.energy_j or self.total_output_tokens == 0:
+            return None
+        return self.total_output_tokens / self.energy_j
+
+    @property
+    def level_key(self) -> tuple[int | None, float | None]:
+        return (self.concurrency, self.request_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    runs: tuple[RunInfo, ...]
+    rows: tuple[ComparisonRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Regression:
+    """A metric that got worse from ``base_run`` to ``new_run`` at one level."""
+
+    concurrency: int | None
+    request_rate: float | None
+    metric: str
+    base: float
+    new: float
+    change: float
+    """Relative change (new / base - 1); absolute difference for failure_rate."""
+    higher_is_better: bool
+
+
+# --- fields the contracts gained beyond the stored columns ---------------
+
+
+def _extra_spec(cls: type, columns: set[str]) -> tuple[tuple[str, Any], ...]:
+    spec = []
+    for f in dataclasses.fields(cls):
+        if f.name in columns:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING  # always stored
+        spec.append((f.name, default))
+    return tuple(spec)
+
+
+def _extras_json(obj: Any, spec: tuple[tuple[str, Any], ...]) -> str | None:
+    values = {}
+    for name, default in spec:
+        value = getattr(obj, name)
+        if value != default:
+            values[name] = value
+    return json.dumps(values, default=str) if values else None
+
+
+def _extras_from(blob: str | None, spec: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    if not blob:
+        return {}
+    known = {name for name, _ in spec}
+    # A field a later contract removed is dropped; JSON lists were tuples.
+    return {
+        k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(blob).items() if k in known
+    }
+
+
+# --- requests -------------------------------------------------------------
+
+REQUEST_COLUMNS = (
+    "run_id, level_index, request_index, scheduled_at, sent_at, first_token_at, end_at, "
+    "prompt_tokens, output_tokens, usage_completion_tokens, counted_output_tokens, chunk_count, "
+    "error_kind, http_status, error_message, incomplete, itl_blob, tokens_per_chunk_blob, "
+    "extra_json"
+)
+INSERT_REQUEST = (
+    f"INSERT OR REPLACE INTO requests ({REQUEST_COLUMNS}) VALUES ({', '.join('?' * 19)})"
+)
+_REQUEST_EXTRAS = _extra_spec(
+    RequestRecord,
+    {c.strip() for c in REQUEST_COLUMNS.split(",")} | {"itl_s", "tokens_per_chunk"},
+)
+_LITTLE = sys.byteorder == "little"
+
+
+def _pack(typecode: str, values: tuple[float, ...] | tuple[int, ...]) -> bytes | None:
+    if not values:
+        return None
+    packed = array(typecode, values)
+    if not _LITTLE:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(typecode: str, blob: bytes | None) -> array[Any]:
+    values: array[Any] = array(typecode)
+    if blob:
+        values.frombytes(blob)
+        if not _LITTLE:
+            values.byteswap()
+    return values
+
+
+def request_to_row(r: RequestRecord) -> tuple[Any, ...]:
+    return (
+        r.run_id,
+        r.level_index,
+        r.request_index,
+        r.scheduled_at,
+        r.sent_at,
+        r.first_token_at,
+        r.end_at,
+        r.prompt_tokens,
+        r.output_tokens,
+        r.usage_completion_tokens,
+        r.counted_output_tokens,
+        r.chunk_count,
+        None if r.error_kind is None else str(r.error_kind),
+        r.http_status,
+        r.error_message,
+        int(r.incomplete),
+        _pack("d", r.itl_s),
+        _pack("i", r.tokens_per_chunk),
+        _extras_json(r, _REQUEST_EXTRAS) if _REQUEST_EXTRAS else None,
+    )
+
+
+def row_to_request(row: tuple[Any, ...]) -> RequestRecord:
+    return RequestRecord(
+        run_id=row[0],
+        level_index=row[1],
+        request_index=row[2],
+        scheduled_at=row[3],
+        sent_at=row[4],
+        first_token_at=row[5],
+        end_at=row[6],
+        prompt_tokens=row[7],
+        output_tokens=row[8],
+        usage_completion_tokens=row[9],
+        counted_output_tokens=row[10],
+        chunk_count=row[11],
+        error_kind=None if row[12] is None else ErrorKind(row[12]),
+        http_status=row[13],
+        error_message=row[14],
+        incomplete=bool(row[15]),
+        itl_s=tuple(_unpack("d", row[16])),
+        tokens_per_chunk=tuple(_unpack("i", row[17])),
+        **_extras_from(row[18], _REQUEST_EXTRAS),
+    )
+
+
+def request_to_json(r: RequestRecord) -> dict[str, Any]:
+    """A request as JSONL export writes it: the record plus derived times."""
+    out = asdict(r)
+    out["error_kind"] = None if r.error_kind is None else str(r.error_kind)
+    out["itl_s"] = list(r.itl_s)
+    out["tokens_per_chunk"] = list(r.tokens_per_chunk)
+    out["ttft_s"] = r.ttft_s
+    out["tpot_s"] = r.tpot_s
+    out["e2e_s"] = r.e2e_s
+    out["usage_minus_counted"] = (
+        None
+        if r.usage_completion_tokens is None
+        else r.usage_completion_tokens - r.counted_output_tokens
+    )
+    return out
+
+
+# --- levels ---------------------------------------------------------------
+
+LEVEL_COLUMNS = (
+    "run_id, level_index, concurrency, request_rate, started_at, ended_at, completed, failed, "
+    "incomplete, output_tok_s, total_tok_s, request_s, achieved_rate, goodput_req_s, "
+    "ttft_p50_s, ttft_p99_s, tpot_p50_s, percentiles_json, failures_json, total_output_tokens, "
+    "total_prompt_tokens, usage_mismatches, energy_j, mean_gpu_util_pct, mean_power_w, extra_json"
+)
+INSERT_LEVEL = f"INSERT OR REPLACE INTO levels ({LEVEL_COLUMNS}) VALUES ({', '.join('?' * 26)})"
+_LEVEL_EXTRAS = _extra_spec(
+    LevelSummary,
+    {c.strip() for c in LEVEL_COLUMNS.split(",")} | set(_PERCENTILE_FIELDS) | {"failures_by_kind"},
+)
+
+
+def level_to_row(run_id: str, s: LevelSummary) -> tuple[Any, ...]:
+    percentiles = {name: asdict(getattr(s, name)) for name in _PERCENTILE_FIELDS}
+    return (
+        run_id,
+        s.level_index,
+        s.concurrency,
+        s.request_rate,
+        s.started_at,
+        s.ended_at,
+        s.completed,
+        s.failed,
+        s.incomplete,
+        s.output_tok_s,
+        s.total_tok_s,
+        s.request_s,
+        s.achieved_rate,
+        s.goodput_req_s,
+        s.ttft_s.p50,
+        s.ttft_s.p99,
+        s.tpot_s.p50,
+        json.dumps(percentiles),
+        json.dumps(s.failures_by_kind),
+        s.total_output_tokens,
+        s.total_prompt_tokens,
+        s.usage_mismatches,
+        s.energy_j,
+        s.mean_gpu_util_pct,
+        s.mean_power_w,
+        _extras_json(s, _LEVEL_EXTRAS),
+    )
+
+
+def row_to_level(row: tuple[Any, ...]) -> LevelRow:
+    pct = json.loads(row[17])
+    summary = LevelSummary(
+        level_index=row[1],
+        concurrency=row[2],
+        request_rate=row[3],
+        started_at=row[4],
+        ended_at=row[5],
+        completed=row[6],
+        failed=row[7],
+        incomplete=row[8],
+        output_tok_s=row[9],
+        total_tok_s=row[10],
+        request_s=row[11],
+        achieved_rate=row[12],
+        goodput_req_s=row[13],
+        ttft_s=Percentiles(**pct["ttft_s"]),
+        tpot_s=Percentiles(**pct["tpot_s"]),
+        itl_s=Percentiles(**pct["itl_s"]),
+        e2e_s=Percentiles(**pct["e2e_s"]),
+        ttft_from_schedule_s=Percentiles(**pct["ttft_from_schedule_s"]),
+        failures_by_kind=json.loads(row[18]),
+        total_output_tokens=row[19],
+        total_prompt_tokens=row[20],
+        usage_mismatches=row[21],
+        energy_j=row[22],
+        mean_gpu_util_pct=row[23],
+        mean_power_w=row[24],
+        **_extras_from(row[25], _LEVEL_EXTRAS),
+    )
+    return LevelRow(run_id=row[0], summary=summary)

@@ -1,0 +1,301 @@
+"""Reads: runs, levels, requests, and the comparison across runs.
+
+Every function takes a connection and only reads; the ``Store`` decides which
+connection (its read connection, never the writer's) and on which thread.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from engines.loadgen.records import RequestRecord
+from store.errors import RunNotFoundError, StoreError
+from store.models import (
+    LEVEL_COLUMNS,
+    REQUEST_COLUMNS,
+    Comparison,
+    ComparisonRow,
+    LevelRow,
+    Regression,
+    RunInfo,
+    row_to_level,
+    row_to_request,
+)
+
+_RUN_SELECT = """
+SELECT r.id, r.name, r.engine_kind, r.node, r.deployment_id, r.profile_json, r.workload_json,
+       r.software_json, r.simulated, r.status, r.created_at, r.finished_at,
+       count(l.level_index), coalesce(sum(l.completed + l.failed + l.incomplete), 0)
+FROM runs r LEFT JOIN levels l ON l.run_id = r.id
+"""
+
+
+def _run_from_row(row: tuple[Any, ...]) -> RunInfo:
+    return RunInfo(
+        run_id=row[0],
+        name=row[1],
+        engine_kind=row[2],
+        node=row[3],
+        deployment_id=row[4],
+        profile=json.loads(row[5] or "{}"),
+        workload=json.loads(row[6] or "{}"),
+        software_versions=json.loads(row[7] or "{}"),
+        simulated=bool(row[8]),
+        status=row[9],
+        created_at=row[10],
+        finished_at=row[11],
+        level_count=row[12],
+        request_count=row[13],
+    )
+
+
+def resolve_run_id(conn: sqlite3.Connection, run_id: str) -> str:
+    """An exact id, or a prefix that names exactly one run."""
+    if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+        return run_id
+    escaped = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    found = tuple(
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created_at LIMIT 6",
+            (escaped + "%",),
+        )
+    )
+    if len(found) == 1:
+        return str(found[0])
+    raise RunNotFoundError(run_id, found)
+
+
+def list_runs(
+    conn: sqlite3.Connection,
+    *,
+    status: str | None = None,
+    engine_kind: str | None = None,
+    node: str | None = None,
+    name_contains: str | None = None,
+    since: float | None = None,
+    limit: int | None = None,
+) -> list[RunInfo]:
+    where: list[str] = []
+    params: list[Any] = []
+    for column, value in (("r.status", status), ("r.engine_kind", engine_kind), ("r.node", node)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if name_contains:
+        where.append("instr(lower(coalesce(r.name, '')), lower(?)) > 0")
+        params.append(name_contains)
+    if since is not None:
+        where.append("r.created_at >= ?")
+        params.append(since)
+    sql = _RUN_SELECT + (f"WHERE {' AND '.join(where)} " if where else "")
+    sql += "GROUP BY r.id ORDER BY r.created_at DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(int(limit))
+    return [_run_from_row(r) for r in conn.execute(sql, params)]
+
+
+def get_run(conn: sqlite3.Connection, run_id: str) -> RunInfo:
+    full = resolve_run_id(conn, run_id)
+    row = conn.execute(_RUN_SELECT + "WHERE r.id = ? GROUP BY r.id", (full,)).fetchone()
+    return _run_from_row(row)
+
+
+def levels(conn: sqlite3.Connection, run_id: str) -> list[LevelRow]:
+    full = resolve_run_id(conn, run_id)
+    rows = conn.execute(
+        f"SELECT {LEVEL_COLUMNS} FROM levels WHERE run_id = ? ORDER BY level_index", (full,)
+    )
+    return [row_to_level(r) for r in rows]
+
+
+def requests_after(
+    conn: sqlite3.Connection, run_id: str, after: tuple[int, int], limit: int
+) -> list[RequestRecord]:
+    """Up to ``limit`` requests of a run following (level, request) ``after``:
+    keyset pages, so a reader never holds a cursor open between pages."""
+    rows = conn.execute(
+        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? "
+        "AND (level_index, request_index) > (?, ?) ORDER BY level_index, request_index LIMIT ?",
+        (run_id, after[0], after[1], limit),
+    )
+    return [row_to_request(r) for r in rows]
+
+
+def _deployment_gpus(conn: sqlite3.Connection, deployment_id: str | None) -> list[int] | None:
+    if deployment_id is None:
+        return None
+    row = conn.execute(
+        "SELECT gpus_json FROM deployments WHERE id = ?", (deployment_id,)
+    ).fetchone()
+    if row is None or not row[0]:
+        return None
+    gpus = json.loads(row[0])
+    return [int(g) for g in gpus] if gpus else None
+
+
+def window_energy(
+    conn: sqlite3.Connection, node: str, start: float, end: float, gpus: list[int] | None = None
+) -> tuple[float | None, float | None, float | None]:
+    """(mean util %, mean power W summed over GPUs, energy J) from GPU samples in a window.
+
+    Energy is the energy counter's rise per GPU; a GPU without a counter
+    contributes mean power x window length instead.
+    """
+    if gpus is None:
+        gpus = [
+            r[0]
+            for r in conn.execute(
+                "SELECT DISTINCT gpu_index FROM gpu_samples WHERE node = ? AND ts BETWEEN ? AND ?",
+                (node, start, end),
+            )
+        ]
+    utils: list[float] = []
+    power_total: float | None = None
+    energy_total: float | None = None
+    for gpu in gpus:
+        row = conn.execute(
+            """
+            SELECT avg(util_pct), avg(power_w), count(*),
+              (SELECT energy_j FROM gpu_samples WHERE node = :n AND gpu_index = :g
+                 AND ts BETWEEN :a AND :b AND energy_j IS NOT NULL ORDER BY ts LIMIT 1),
+              (SELECT energy_j FROM gpu_samples WHERE node = :n AND gpu_index = :g
+                 AND ts BETWEEN :a AND :b AND energy_j IS NOT NULL ORDER BY ts DESC LIMIT 1),
+              (SELECT count(energy_j) FROM gpu_samples WHERE node = :n AND gpu_index = :g
+                 AND ts BETWEEN :a AND :b)
+            FROM gpu_samples WHERE node = :n AND gpu_index = :g AND ts BETWEEN :a AND :b
+            """,
+            {"n": node, "g": gpu, "a": start, "b": end},
+        ).fetchone()
+        util, power, count, e_first, e_last, e_count = row
+        if not count:
+            continue
+        if util is not None:
+            utils.append(util)
+        if power is not None:
+            power_total = (power_total or 0.0) + power
+        if e_count >= 2 and e_last >= e_first:
+            energy_total = (energy_total or 0.0) + (e_last - e_first)
+        elif power is not None:
+            energy_total = (energy_total or 0.0) + power * (end - start)
+    mean_util = sum(utils) / len(utils) if utils else None
+    return mean_util, power_total, energy_total
+
+
+def compare(conn: sqlite3.Connection, run_ids: Sequence[str]) -> Comparison:
+    runs = [get_run(conn, r) for r in run_ids]
+    rows: list[ComparisonRow] = []
+    for run in runs:
+        gpus = _deployment_gpus(conn, run.deployment_id)
+        for lr in levels(conn, run.run_id):
+            s = lr.summary
+            util, power, energy = s.mean_gpu_util_pct, s.mean_power_w, s.energy_j
+            source = "loadgen" if energy is not None else None
+            if run.node and (energy is None or util is None or power is None):
+                t_util, t_power, t_energy = window_energy(
+                    conn, run.node, s.started_at, s.ended_at, gpus
+                )
+                util = util if util is not None else t_util
+                power = power if power is not None else t_power
+                if energy is None and t_energy is not None:
+                    energy, source = t_energy, "telemetry"
+            rows.append(
+                ComparisonRow(
+                    run_id=run.run_id,
+                    label=run.label,
+                    engine_kind=run.engine_kind,
+                    node=run.node,
+                    simulated=run.simulated,
+                    level_index=s.level_index,
+                    concurrency=s.concurrency,
+                    request_rate=s.request_rate,
+                    started_at=s.started_at,
+                    ended_at=s.ended_at,
+                    output_tok_s=s.output_tok_s,
+                    request_s=s.request_s,
+                    ttft_p50_s=s.ttft_s.p50,
+                    ttft_p99_s=s.ttft_s.p99,
+                    tpot_p50_s=s.tpot_s.p50,
+                    failure_rate=s.failure_rate,
+                    total_output_tokens=s.total_output_tokens,
+                    mean_gpu_util_pct=util,
+                    mean_power_w=power,
+                    energy_j=energy,
+                    energy_source=source,
+                )
+            )
+    return Comparison(runs=tuple(runs), rows=tuple(rows))
+
+
+# (metric, higher is better)
+REGRESSION_METRICS: tuple[tuple[str, bool], ...] = (
+    ("output_tok_s", True),
+    ("request_s", True),
+    ("ttft_p50_s", False),
+    ("ttft_p99_s", False),
+    ("tpot_p50_s", False),
+    ("failure_rate", False),
+    ("tok_per_j", True),
+)
+
+
+def config_differences(a: RunInfo, b: RunInfo) -> list[str]:
+    diffs = []
+    for name in ("engine_kind", "profile", "workload"):
+        if getattr(a, name) != getattr(b, name):
+            diffs.append(name)
+    return diffs
+
+
+def regressions(
+    conn: sqlite3.Connection,
+    base_run: str,
+    new_run: str,
+    threshold: float = 0.05,
+    *,
+    allow_different_config: bool = False,
+) -> list[Regression]:
+    """Metrics at matching load levels that got worse by more than ``threshold``.
+
+    Throughput, latency and energy compare relatively; failure rate compares
+    in absolute points (0.05 = five percentage points), since its base is
+    often zero.
+    """
+    comparison = compare(conn, [base_run, new_run])
+    base, new = comparison.runs
+    diffs = config_differences(base, new)
+    if diffs and not allow_different_config:
+        raise StoreError(
+            f"runs {base.run_id} and {new.run_id} differ in {', '.join(diffs)}, so a change "
+            "between them is not a regression of one configuration; compare them with "
+            "`infer-top runs compare` instead"
+        )
+    by_key = {r.level_key: r for r in comparison.rows if r.run_id == base.run_id}
+    found: list[Regression] = []
+    for row in comparison.rows:
+        if row.run_id != new.run_id or row.level_key not in by_key:
+            continue
+        old = by_key[row.level_key]
+        for metric, higher_better in REGRESSION_METRICS:
+            a, b = getattr(old, metric), getattr(row, metric)
+            if a is None or b is None:
+                continue
+            if metric == "failure_rate":
+                change = b - a
+                worse = change > threshold
+            else:
+                if a == 0:
+                    continue
+                change = b / a - 1.0
+                worse = change < -threshold if higher_better else change > threshold
+            if worse:
+                found.append(
+                    Regression(
+                        row.concurrency, row.request_rate, metric, a, b, change, higher_better
+                    )
+                )
+    return found

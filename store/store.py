@@ -1,0 +1,389 @@
+"""``Store``: everything infer-top measures, in one SQLite file.
+
+Writes are enqueued to one writer thread (see ``store.writer``), so calling
+``add_request`` from the TUI's event loop costs microseconds.  Reads use a
+separate read connection (WAL lets them run while the writer commits); call
+them through ``AsyncStore`` from an event loop so they run off it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from engines.loadgen.records import LevelSummary, RequestRecord
+from store import maintenance, queries
+from store.errors import StoreError, StoreWriteError
+from store.models import (
+    INSERT_LEVEL,
+    INSERT_REQUEST,
+    Comparison,
+    EngineRow,
+    GpuRow,
+    LevelRow,
+    Regression,
+    RunInfo,
+    TelemetryRow,
+    level_to_row,
+    request_to_row,
+)
+from store.schema import migrate
+from store.writer import Writer
+
+MEMORY = ":memory:"
+
+_INSERT_GPU = (
+    "INSERT INTO gpu_samples (node, ts, gpu_index, util_pct, mem_used_bytes, power_w, energy_j, "
+    "temp_c, sm_clock_mhz) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_ENGINE = (
+    "INSERT INTO engine_samples (node, ts, engine_id, engine_kind, kv_cache_usage, "
+    "requests_running, requests_waiting, prompt_tok_s, generation_tok_s, ttft_p50_s, itl_p50_s) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def default_db_path() -> Path:
+    """``$INFER_TOP_DB``, else ``$XDG_DATA_HOME/infer-top/infer-top.db``."""
+    override = os.environ.get("INFER_TOP_DB")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "infer-top" / "infer-top.db"
+
+
+def _dumps(value: Mapping[str, Any] | Sequence[Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True, default=str)
+
+
+class Store:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        busy_timeout_s: float = 5.0,
+        max_db_bytes: int | None = None,
+        on_error: Callable[[StoreWriteError], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.memory = str(path) == MEMORY
+        if not self.memory:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = self._connect(busy_timeout_s)
+        try:
+            self.version_before = migrate(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        conn.isolation_level = None  # explicit BEGIN / COMMIT from here on
+        if not self.memory:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL: a killed process loses nothing committed; only a
+            # power cut may lose the last transactions, never consistency.
+            conn.execute("PRAGMA synchronous = NORMAL")
+        self._write_lock = threading.Lock()
+        if self.memory:
+            # One in-memory database: readers share the writer's connection.
+            self._read_conn, self._read_lock = conn, self._write_lock
+        else:
+            self._read_conn = self._connect(busy_timeout_s)
+            self._read_conn.isolation_level = None
+            self._read_conn.execute("PRAGMA query_only = ON")
+            self._read_lock = threading.Lock()
+        self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        if max_db_bytes is not None:
+            conn.execute(f"PRAGMA max_page_count = {max(1, max_db_bytes // self._page_size)}")
+        self._writer = Writer(conn, self._write_lock, on_error)
+
+    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        return conn
+
+    # --- writes (enqueued; never block) -----------------------------------
+
+    def create_run(
+        self,
+        *,
+        name: str | None = None,
+        engine_kind: str | None = None,
+        node: str | None = None,
+        deployment_id: str | None = None,
+        profile: Mapping[str, Any] | None = None,
+        workload: Mapping[str, Any] | None = None,
+        simulated: bool = False,
+        software_versions: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+        created_at: float | None = None,
+    ) -> str:
+        run_id = run_id or uuid.uuid4().hex[:12]
+        row = (
+            run_id,
+            name,
+            engine_kind,
+            node,
+            deployment_id,
+            _dumps(profile or {}),
+            _dumps(workload or {}),
+            _dumps(software_versions or {}),
+            int(simulated),
+            "running",
+            time.time() if created_at is None else created_at,
+        )
+        self._writer.put_rows(
+            "INSERT INTO runs (id, name, engine_kind, node, deployment_id, profile_json, "
+            "workload_json, software_json, simulated, status, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [row],
+        )
+        return run_id
+
+    def add_request(self, record: RequestRecord) -> None:
+        self._writer.put_rows(INSERT_REQUEST, [request_to_row(record)])
+
+    def add_requests(self, records: Iterable[RequestRecord]) -> None:
+        self._writer.put_rows(INSERT_REQUEST, [request_to_row(r) for r in records])
+
+    def add_level(self, run_id: str, summary: LevelSummary) -> None:
+        self._writer.put_rows(INSERT_LEVEL, [level_to_row(run_id, summary)])
+
+    def finish_run(self, run_id: str, status: str = "completed", at: float | None = None) -> None:
+        self._writer.put_rows(
+            "UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
+            [(status, time.time() if at is None else at, run_id)],
+        )
+
+    def add_telemetry(self, rows: Iterable[TelemetryRow]) -> None:
+        gpu: list[tuple[Any, ...]] = []
+        engine: list[tuple[Any, ...]] = []
+        for r in rows:
+            if isinstance(r, GpuRow):
+                gpu.append(
+                    (r.node, r.ts, r.gpu_index, r.util_pct, r.mem_used_bytes, r.power_w,
+                     r.energy_j, r.temp_c, r.sm_clock_mhz)
+                )  # fmt: skip
+            elif isinstance(r, EngineRow):
+                engine.append(
+                    (r.node, r.ts, r.engine_id, r.engine_kind, r.kv_cache_usage,
+                     r.requests_running, r.requests_waiting, r.prompt_tok_s,
+                     r.generation_tok_s, r.ttft_p50_s, r.itl_p50_s)
+                )  # fmt: skip
+            else:
+                raise TypeError(f"add_telemetry takes GpuRow / EngineRow, not {type(r).__name__}")
+        if gpu:
+            self._writer.put_rows(_INSERT_GPU, gpu)
+        if engine:
+            self._writer.put_rows(_INSERT_ENGINE, engine)
+
+    def add_event(
+        self,
+        node: str,
+        kind: str,
+        deployment_id: str | None = None,
+        message: str | None = None,
+        ts: float | None = None,
+    ) -> None:
+        """kind: start | healthy | crash | swap | stop | ... (free text, short)."""
+        self._writer.put_rows(
+            "INSERT INTO events (ts, node, kind, deployment_id, message) VALUES (?, ?, ?, ?, ?)",
+            [(time.time() if ts is None else ts, node, kind, deployment_id, message)],
+        )
+
+    def upsert_node(
+        self,
+        name: str,
+        *,
+        platform: str | None = None,
+        address: str | None = None,
+        gpus: Sequence[str] | None = None,
+        unified_memory: bool = False,
+        seen_at: float | None = None,
+    ) -> None:
+        ts = time.time() if seen_at is None else seen_at
+        self._writer.put_rows(
+            "INSERT INTO nodes (name, platform, address, gpus_json, unified_memory, first_seen, "
+            "last_seen) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+            "platform = coalesce(excluded.platform, platform), "
+            "address = coalesce(excluded.address, address), "
+            "gpus_json = coalesce(excluded.gpus_json, gpus_json), "
+            "unified_memory = excluded.unified_memory, last_seen = excluded.last_seen",
+            [(name, platform, address, _dumps(gpus), int(unified_memory), ts, ts)],
+        )
+
+    def add_deployment(
+        self,
+        *,
+        node: str,
+        engine_kind: str,
+        image: str | None = None,
+        launch_config: Mapping[str, Any] | None = None,
+        gpus: Sequence[int] | None = None,
+        simulated: bool = False,
+        started_at: float | None = None,
+        deployment_id: str | None = None,
+    ) -> str:
+        deployment_id = deployment_id or uuid.uuid4().hex[:12]
+        self._writer.put_rows(
+            "INSERT OR REPLACE INTO deployments (id, node, engine_kind, image, launch_config_json, "
+            "gpus_json, started_at, simulated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    deployment_id,
+                    node,
+                    engine_kind,
+                    image,
+                    _dumps(launch_config or {}),
+                    _dumps(list(gpus) if gpus is not None else None),
+                    time.time() if started_at is None else started_at,
+                    int(simulated),
+                )
+            ],
+        )
+        return deployment_id
+
+    def stop_deployment(self, deployment_id: str, at: float | None = None) -> None:
+        self._writer.put_rows(
+            "UPDATE deployments SET stopped_at = ? WHERE id = ?",
+            [(time.time() if at is None else at, deployment_id)],
+        )
+
+    def flush(self, timeout_s: float | None = 30.0) -> None:
+        """Block until everything queued so far is committed; raises StoreWriteError."""
+        self._writer.flush(timeout_s)
+
+    def close(self, timeout_s: float | None = 30.0) -> None:
+        try:
+            self._writer.close(timeout_s)
+        finally:
+            with self._read_lock:
+                self._read_conn.close()
+            if not self.memory:
+                # The writer thread has stopped; its connection is ours now.
+                self._writer._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def unsaved(self) -> int:
+        """Rows held by the writer after a failed transaction (retried)."""
+        return self._writer.unsaved
+
+    @property
+    def rejected(self) -> list[tuple[str, tuple[Any, ...], str]]:
+        """(statement, row, SQLite's reason) for rows SQLite refused."""
+        return list(self._writer.rejected)
+
+    # --- maintenance (on the writer thread; these wait for it) ------------
+
+    def delete_run(self, run_id: str) -> int:
+        full = self._read(queries.resolve_run_id, run_id)
+        return int(self._writer.call(lambda c: maintenance.delete_run(c, full)).result())
+
+    def prune_telemetry(
+        self, older_than_s: float, history_older_than_s: float | None = None
+    ) -> maintenance.PruneResult:
+        """Retention: per-second samples outside runs older than ``older_than_s``
+        become per-minute history; history older than ``history_older_than_s``
+        (if given) is deleted."""
+        now = time.time()
+        history = None if history_older_than_s is None else now - history_older_than_s
+        result: maintenance.PruneResult = self._writer.call(
+            lambda c: maintenance.prune_telemetry(c, now - older_than_s, now, history)
+        ).result()
+        return result
+
+    def vacuum(self) -> tuple[int, int]:
+        """VACUUM the file; returns (bytes before, bytes after)."""
+        sizes: tuple[int, int] = self._writer.call(maintenance.vacuum).result()
+        return sizes
+
+    def set_max_db_bytes(self, max_db_bytes: int | None) -> None:
+        """Cap (or uncap, with None) the file's size; rows held after a
+        "database or disk is full" error are retried under the new cap."""
+        pages = 4_294_967_294 if max_db_bytes is None else max(1, max_db_bytes // self._page_size)
+        self._writer.call(lambda c: c.execute(f"PRAGMA max_page_count = {int(pages)}")).result()
+
+    # --- reads (read connection; call through AsyncStore from a loop) -----
+
+    def _read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self._read_lock:
+            return fn(self._read_conn, *args, **kwargs)
+
+    def list_runs(self, **filters: Any) -> list[RunInfo]:
+        """Filters: status, engine_kind, node, name_contains, since, limit."""
+        result: list[RunInfo] = self._read(queries.list_runs, **filters)
+        return result
+
+    def get_run(self, run_id: str) -> RunInfo:
+        result: RunInfo = self._read(queries.get_run, run_id)
+        return result
+
+    def levels(self, run_id: str) -> list[LevelRow]:
+        result: list[LevelRow] = self._read(queries.levels, run_id)
+        return result
+
+    def compare(self, run_ids: Sequence[str]) -> Comparison:
+        result: Comparison = self._read(queries.compare, run_ids)
+        return result
+
+    def regressions(
+        self, base_run: str, new_run: str, threshold: float = 0.05, **kwargs: Any
+    ) -> list[Regression]:
+        result: list[Regression] = self._read(
+            queries.regressions, base_run, new_run, threshold, **kwargs
+        )
+        return result
+
+    def iter_requests(self, run_id: str) -> Iterator[RequestRecord]:
+        """Requests of a run, in order; reads in batches, holding the read
+        connection only while a batch is fetched."""
+        full = self._read(queries.resolve_run_id, run_id)
+        last = (-1, -1)
+        while True:
+            with self._read_lock:
+                rows = list(queries.requests_after(self._read_conn, full, last, 5000))
+            if not rows:
+                return
+            yield from rows
+            last = (rows[-1].level_index, rows[-1].request_index)
+
+    def request_count(self, run_id: str) -> int:
+        full = self._read(queries.resolve_run_id, run_id)
+        row = self._read(
+            lambda c: c.execute(
+                "SELECT count(*) FROM requests WHERE run_id = ?", (full,)
+            ).fetchone()
+        )
+        return int(row[0])
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
+        rows = self._read(lambda c: c.execute("PRAGMA integrity_check").fetchall())
+        return "\n".join(str(r[0]) for r in rows)
+
+
+def open_store(path: Path | str | None = None, **options: Any) -> Store:
+    """Open (creating and migrating) the store at ``path`` or the default path.
+
+    Raises ``StoreVersionError`` for a file from a newer infer-top (left
+    unchanged) and ``StoreError`` for a file that is not an infer-top store.
+    """
+    target = default_db_path() if path is None else path
+    try:
+        return Store(target, **options)
+    except sqlite3.Error as exc:
+        raise StoreError(
+            f"cannot open the store at {target}: {exc}; check the path and its permissions, "
+            "or point --db / INFER_TOP_DB elsewhere"
+        ) from exc
