@@ -1,0 +1,112 @@
+"""The single-box engines: llama.cpp's llama-server and Ollama."""
+
+from __future__ import annotations
+
+from engines.catalog.servers import opt
+from engines.catalog.spec import EngineSpec
+from engines.catalog.types import EngineKind, LaunchConfig, UnsupportedOption
+
+RIG_IMAGE = "infer-top/llama-server:0.3.36-r1"
+
+
+class LlamacppSpec(EngineSpec):
+    kind = EngineKind.LLAMACPP
+    display_name = "llama.cpp"
+    image = "ghcr.io/ggml-org/llama.cpp:server-cuda"
+    jetson_image = "dustynv/llama_cpp:r36.4.0"
+    cpu_image = RIG_IMAGE
+    container_port = 8080
+    entrypoint = ("llama-server",)
+    # binds its port first and answers 503 "Loading model" while loading
+    refuses_while_loading = False
+    tp_engine = False
+    kv_log_patterns = (
+        r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = 'false'",
+        r"n_ctx_slot = (\d+), kv_unified = 'true'",
+        r"llama_kv_cache\w*: size = [^(\n]*\(\s*(\d+) cells",
+        r"llama_context: n_ctx\s*=\s*(\d+)",
+    )
+
+    def slots(self, cfg: LaunchConfig) -> int:
+        return cfg.max_num_seqs or 1
+
+    def ctx_cells(self, cfg: LaunchConfig) -> int | None:
+        """``-c``: the KV cells of all slots together (context_len is per sequence)."""
+        return None if cfg.context_len is None else cfg.context_len * self.slots(cfg)
+
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        # GGUF files carry their quantization; llama.cpp has no memory fraction
+        self.unsupported(cfg, "quantization", "gpu_mem_fraction")
+        if cfg.tensor_parallel > 1 and cfg.pipeline_parallel > 1:
+            raise UnsupportedOption("llama.cpp splits either by rows or by layers, not both")
+        split = (
+            ["--split-mode", "row"]
+            if cfg.tensor_parallel > 1
+            else ["--split-mode", "layer"]
+            if cfg.pipeline_parallel > 1
+            else []
+        )
+        return [
+            "-m", cfg.model,
+            "--host", "0.0.0.0",
+            "--port", str(port),
+            "-ngl", "999",  # all layers on the GPU; CPU builds ignore it
+            *split,
+            *opt("-c", self.ctx_cells(cfg)),
+            "-np", str(self.slots(cfg)),
+            *(["--metrics", "--slots"] if cfg.metrics else []),
+            *opt("--api-key", cfg.api_key),
+        ]  # fmt: skip
+
+    def _compose_extra_env(self, cfg: LaunchConfig, platform: str) -> dict[str, str]:
+        if platform != "cpu":
+            return super()._compose_extra_env(cfg, platform)
+        self._flags(cfg, self.container_port)  # same refusals as the GPU files
+        # compose/llama-server-cpu.yml spells its flags out; fill its variables
+        cells = self.ctx_cells(cfg)
+        env = {"MODEL_PATH": cfg.model, "PARALLEL": str(self.slots(cfg))}
+        if cells is not None:
+            env["CONTEXT_LEN"] = str(cells)
+        return env
+
+    def compose_name(self, platform: str) -> str:
+        # the rig's file predates the catalog and keeps its name
+        return "llama-server-cpu" if platform == "cpu" else super().compose_name(platform)
+
+
+class OllamaSpec(EngineSpec):
+    kind = EngineKind.OLLAMA
+    display_name = "Ollama"
+    image = "ollama/ollama:0.12.6"
+    jetson_image = "dustynv/ollama:r36.4.0"
+    container_port = 11434
+    entrypoint = ("ollama",)
+    health_path = "/"  # answers "Ollama is running"; models load per request
+    refuses_while_loading = False
+    tp_engine = False
+    metrics_path = "/api/ps"
+    metrics_format = "ollama_ps"
+    exact_length_style = None  # num_predict caps, nothing forces past EOS
+    kv_log_patterns = (r"\bn_ctx\s*=\s*(\d+)",)
+
+    def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
+        self.unsupported(
+            cfg, "tensor_parallel", "pipeline_parallel", "gpu_mem_fraction", "quantization",
+            "api_key",
+        )  # fmt: skip
+        env = {"OLLAMA_HOST": f"0.0.0.0:{cfg.port}", "OLLAMA_KEEP_ALIVE": "-1"}
+        if cfg.context_len is not None:
+            env["OLLAMA_CONTEXT_LENGTH"] = str(cfg.context_len)
+        if cfg.max_num_seqs is not None:
+            env["OLLAMA_NUM_PARALLEL"] = str(cfg.max_num_seqs)
+        return env
+
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        self.process_env(cfg)
+        return ["serve"]
+
+    def _compose_extra_env(self, cfg: LaunchConfig, platform: str) -> dict[str, str]:
+        env = super()._compose_extra_env(cfg, platform)
+        inner = self.process_env(cfg)
+        inner["OLLAMA_HOST"] = f"0.0.0.0:{self.container_port}"
+        return env | inner

@@ -1,0 +1,159 @@
+"""The datacenter engines: vLLM, SGLang, TGI, TensorRT-LLM, LMDeploy.
+
+Flag spellings are those of the pinned images' own argument parsers.
+"""
+
+from __future__ import annotations
+
+from engines.catalog.spec import EngineSpec
+from engines.catalog.types import EngineKind, LaunchConfig
+
+
+def opt(flag: str, value: object | None) -> list[str]:
+    """``[flag, str(value)]`` when the option is set, else nothing (engine default)."""
+    return [] if value is None else [flag, str(value)]
+
+
+class VllmSpec(EngineSpec):
+    kind = EngineKind.VLLM
+    display_name = "vLLM"
+    image = "vllm/vllm-openai:v0.11.0"
+    image_version = "0.11.0"
+    jetson_image = "dustynv/vllm:0.8.6-r36.4-cu128-24.04"
+    container_port = 8000
+    # The API-server module works in every release and in the Jetson image
+    # (which has no ENTRYPOINT), unlike the image-specific `vllm serve`.
+    entrypoint = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+    exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
+    kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
+
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        return [
+            "--model", cfg.model,
+            "--host", "0.0.0.0",
+            "--port", str(port),
+            "--tensor-parallel-size", str(cfg.tensor_parallel),
+            "--pipeline-parallel-size", str(cfg.pipeline_parallel),
+            *opt("--max-model-len", cfg.context_len),
+            *opt("--gpu-memory-utilization", cfg.gpu_mem_fraction),
+            *opt("--quantization", cfg.quantization),
+            *opt("--max-num-seqs", cfg.max_num_seqs),
+            *([] if cfg.metrics else ["--disable-log-stats"]),
+            *opt("--api-key", cfg.api_key),
+        ]  # fmt: skip
+
+
+class SglangSpec(EngineSpec):
+    kind = EngineKind.SGLANG
+    display_name = "SGLang"
+    image = "lmsysorg/sglang:v0.5.3-cu126"
+    image_version = "0.5.3"
+    container_port = 30000
+    entrypoint = ("python3", "-m", "sglang.launch_server")
+    exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
+    kv_log_patterns = (r"max_total_num_tokens=(\d+)",)
+
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        return [
+            "--model-path", cfg.model,
+            "--host", "0.0.0.0",
+            "--port", str(port),
+            "--tp-size", str(cfg.tensor_parallel),
+            "--pp-size", str(cfg.pipeline_parallel),
+            *opt("--context-length", cfg.context_len),
+            # SGLang's fraction covers weights and KV pool together
+            *opt("--mem-fraction-static", cfg.gpu_mem_fraction),
+            *opt("--quantization", cfg.quantization),
+            *opt("--max-running-requests", cfg.max_num_seqs),
+            *(["--enable-metrics"] if cfg.metrics else []),
+            *opt("--api-key", cfg.api_key),
+        ]  # fmt: skip
+
+    def _loading_503(self, body: bytes | None) -> bool:
+        # /health answers 503 until the warm-up request has gone through.
+        return True
+
+
+class TgiSpec(EngineSpec):
+    kind = EngineKind.TGI
+    display_name = "TGI"
+    image = "ghcr.io/huggingface/text-generation-inference:3.3.4"
+    image_version = "3.3.4"
+    container_port = 80
+    entrypoint = ("text-generation-launcher",)
+    exact_length_style = None  # no ignore_eos / min_tokens on the OpenAI route
+    kv_log_patterns = (r"[Ss]etting max batch total tokens to (\d+)",)
+
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        self.unsupported(cfg, "pipeline_parallel")
+        return [
+            "--model-id", cfg.model,
+            "--hostname", "0.0.0.0",
+            "--port", str(port),
+            "--num-shard", str(cfg.tensor_parallel),
+            *opt("--max-total-tokens", cfg.context_len),
+            *opt("--cuda-memory-fraction", cfg.gpu_mem_fraction),
+            *opt("--quantize", cfg.quantization),
+            *opt("--max-concurrent-requests", cfg.max_num_seqs),
+            *opt("--api-key", cfg.api_key),
+        ]  # fmt: skip
+
+
+class TrtllmSpec(EngineSpec):
+    kind = EngineKind.TRTLLM
+    display_name = "TensorRT-LLM"
+    image = "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"
+    image_version = "1.0.0"
+    container_port = 8000
+    entrypoint = ("trtllm-serve",)
+    # /metrics is per-iteration JSON; the Prometheus registry is mounted at
+    # /prometheus/metrics.  parse_metrics reads both (it sniffs the payload).
+    metrics_path = "/prometheus/metrics"
+    json_metrics_path = "/metrics"
+    exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
+    kv_log_patterns = (
+        r"for max tokens in paged KV cache \((\d+)\)",
+        r"blocks in KV cache primary pool: (\d+)[\s\S]*?tokens per block: (\d+)",
+    )
+
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        # quantization comes from the checkpoint; trtllm-serve has no key option
+        self.unsupported(cfg, "quantization", "api_key")
+        return [
+            cfg.model,
+            "--backend", "pytorch",
+            "--host", "0.0.0.0",
+            "--port", str(port),
+            "--tp_size", str(cfg.tensor_parallel),
+            "--pp_size", str(cfg.pipeline_parallel),
+            *opt("--max_seq_len", cfg.context_len),
+            # fraction of the memory still free after the weights loaded
+            *opt("--kv_cache_free_gpu_memory_fraction", cfg.gpu_mem_fraction),
+            *opt("--max_batch_size", cfg.max_num_seqs),
+        ]  # fmt: skip
+
+
+class LmdeploySpec(EngineSpec):
+    kind = EngineKind.LMDEPLOY
+    display_name = "LMDeploy"
+    image = "openmmlab/lmdeploy:v0.10.2-cu12"
+    image_version = "0.10.2"
+    container_port = 23333
+    entrypoint = ("lmdeploy", "serve", "api_server")
+    kv_log_patterns = (r"max_block_count\s*=\s*(\d+)[\s\S]*?block_seq_len\s*=\s*(\d+)",)
+
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        self.unsupported(cfg, "pipeline_parallel")
+        return [
+            cfg.model,
+            "--server-name", "0.0.0.0",
+            "--server-port", str(port),
+            "--tp", str(cfg.tensor_parallel),
+            *opt("--session-len", cfg.context_len),
+            # fraction of the memory still free after the weights loaded
+            *opt("--cache-max-entry-count", cfg.gpu_mem_fraction),
+            *opt("--model-format", cfg.quantization),
+            *opt("--max-batch-size", cfg.max_num_seqs),
+            *(["--enable-metrics"] if cfg.metrics else []),
+            *opt("--api-keys", cfg.api_key),
+        ]  # fmt: skip

@@ -1,0 +1,241 @@
+"""EngineSpec: what infer-top knows about one engine.
+
+Each engine is a subclass that sets the class attributes and renders its own
+flags in ``_flags``; everything shared (Compose env, health rules, metrics
+dispatch, log scraping) lives here once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+
+from engines.catalog.types import (
+    PLATFORMS,
+    EngineKind,
+    Health,
+    LaunchConfig,
+    MetricsFormat,
+    UnsupportedOption,
+)
+from engines.dialects import (
+    MetricsParseError,
+    parse_ollama_ps,
+    parse_trtllm_iteration_stats,
+    prom_dialect,
+)
+from engines.sample import EngineSample
+
+_ENV_FORBIDDEN = set('"\\$`\n\r\0')
+_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_LOADING_WORDS = {"loading", "starting", "initializing", "warming_up", "warmup"}
+_BAD_WORDS = {"error", "unhealthy", "dead", "failed", "fail"}
+
+
+def env_file_text(env: Mapping[str, str]) -> str:
+    """An env file Compose reads back verbatim: every value double-quoted.
+
+    Values were checked by ``compose_env``; this refuses anything that Compose
+    would interpolate or that could end the quoted value early.
+    """
+    lines = []
+    for key, value in env.items():
+        if bad := _ENV_FORBIDDEN.intersection(value):
+            raise ValueError(f"env value for {key} contains {sorted(bad)!r}")
+        lines.append(f'{key}="{value}"')
+    return "\n".join(lines) + "\n"
+
+
+class EngineSpec:
+    kind: EngineKind
+    display_name: str
+    image: str
+    """Official x86-64 CUDA image (pinned tag; override with LaunchConfig.image)."""
+    jetson_image: str | None = None
+    """jetson-containers image (dustynv/...) where one exists."""
+    cpu_image: str | None = None
+    image_version: str | None = None
+    """Engine version in ``image``: picks metric names when the caller knows no better."""
+    container_port: int
+    entrypoint: tuple[str, ...]
+    health_path: str = "/health"
+    refuses_while_loading: bool = True
+    """True where the HTTP port opens only after the model loaded (vLLM, TGI...)."""
+    metrics_path: str | None = "/metrics"
+    metrics_format: MetricsFormat | None = "prometheus"
+    json_metrics_path: str | None = None
+    """A second, JSON telemetry endpoint (TensorRT-LLM's iteration stats)."""
+    usage_in_stream: bool = True
+    """Sends ``usage`` in the last chunk when asked (``stream_options.include_usage``)."""
+    exact_length_style: tuple[str, ...] | None = ("max_tokens", "ignore_eos")
+    """Body fields that together force an exact output length; None: impossible."""
+    kv_log_patterns: tuple[str, ...] = ()
+    """Regexes whose first group is the KV capacity in tokens (last match wins)."""
+    tp_engine: bool = True
+    """Needs ``ipc: host`` (NCCL shared memory) when sharded."""
+
+    # -- launch ------------------------------------------------------------
+    def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def command_args(self, cfg: LaunchConfig) -> list[str]:
+        """The engine's argv after its entrypoint, listening on ``cfg.port``."""
+        return [*self._flags(cfg, cfg.port), *cfg.extra_args]
+
+    def unsupported(self, cfg: LaunchConfig, *names: str) -> None:
+        """Refuse options this engine cannot honour instead of dropping them."""
+        defaults = LaunchConfig(model="x")
+        set_names = [n for n in names if getattr(cfg, n) != getattr(defaults, n)]
+        if set_names:
+            raise UnsupportedOption(f"{self.display_name} cannot set {', '.join(set_names)}")
+
+    def compose_name(self, platform: str) -> str:
+        if platform not in PLATFORMS:
+            raise ValueError(f"platform {platform!r} is not one of {PLATFORMS}")
+        if platform == "jetson":
+            if self.jetson_image is None:
+                raise UnsupportedOption(f"{self.display_name} has no Jetson image")
+            return f"{self.kind.value}-jetson"
+        if platform == "cpu":
+            if self.cpu_image is None:
+                raise UnsupportedOption(f"{self.display_name} has no CPU compose file")
+            return f"{self.kind.value}-cpu"
+        return self.kind.value
+
+    def image_for(self, cfg: LaunchConfig, platform: str) -> str:
+        if cfg.image:
+            return cfg.image
+        chosen = {"nvidia": self.image, "jetson": self.jetson_image, "cpu": self.cpu_image}
+        image = chosen.get(platform)
+        if image is None:
+            self.compose_name(platform)  # raises the clear error
+            raise ValueError(f"no image for {platform}")  # pragma: no cover
+        return image
+
+    def compose_env(
+        self, cfg: LaunchConfig, *, deployment_id: str, node: str, platform: str
+    ) -> dict[str, str]:
+        """Content of the env file for ``compose/<compose_name(platform)>.yml``."""
+        self.compose_name(platform)
+        for label, value in (("deployment_id", deployment_id), ("node", node)):
+            if not _IDENT.fullmatch(value):
+                raise ValueError(f"{label} {value!r} must match {_IDENT.pattern}")
+        env = {
+            "ENGINE_KIND": self.kind.value,
+            "ENGINE_IMAGE": self.image_for(cfg, platform),
+            "ENGINE_PORT": str(cfg.port),
+            "ENGINE_BIND": "127.0.0.1",
+            "MODEL": cfg.model,
+            "DEPLOYMENT_ID": deployment_id,
+            "NODE_NAME": node,
+        }
+        if platform != "cpu":
+            gpu_ids = cfg.gpu_ids or tuple(range(cfg.gpus_needed))
+            if len(gpu_ids) < cfg.gpus_needed:
+                raise ValueError(
+                    f"tensor x pipeline parallel needs {cfg.gpus_needed} GPUs, "
+                    f"gpu_ids lists {len(gpu_ids)}"
+                )
+            env["GPU_IDS"] = ",".join(str(i) for i in gpu_ids)
+        env.update(self._compose_extra_env(cfg, platform))
+        for key, value in env.items():
+            if bad := _ENV_FORBIDDEN.intersection(value):
+                raise ValueError(f"{key} would contain {sorted(bad)!r}, unsafe in an env file")
+        return env
+
+    def _compose_extra_env(self, cfg: LaunchConfig, platform: str) -> dict[str, str]:
+        args = [*self._flags(cfg, self.container_port), *cfg.extra_args]
+        return {"ENGINE_ARGS": shlex.join(args)}
+
+    # -- health ------------------------------------------------------------
+    def classify_health(self, status: int | None, body: bytes | None) -> Health:
+        """Health from one probe of ``health_path``; ``status`` None = refused.
+
+        A refused connection reads as loading for engines that open their port
+        only after loading; the caller ends that with the container state or a
+        start-up deadline.
+        """
+        if status is None:
+            return Health.LOADING if self.refuses_while_loading else Health.DEAD
+        if 200 <= status < 300:
+            word = _status_word(body)
+            if word in _LOADING_WORDS:
+                return Health.LOADING
+            return Health.UNHEALTHY if word in _BAD_WORDS else Health.READY
+        if status == 503 and self._loading_503(body):
+            return Health.LOADING
+        return Health.UNHEALTHY
+
+    def _loading_503(self, body: bytes | None) -> bool:
+        return _status_word(body) in _LOADING_WORDS
+
+    # -- OpenAI API quirks -------------------------------------------------
+    def exact_length_fields(self, n: int) -> dict[str, object] | None:
+        if n < 1:
+            raise ValueError("an exact output length must be at least 1 token")
+        if self.exact_length_style is None:
+            return None
+        values: dict[str, object] = {"max_tokens": n, "min_tokens": n, "ignore_eos": True}
+        return {key: values[key] for key in self.exact_length_style}
+
+    # -- telemetry ---------------------------------------------------------
+    def parse_metrics(self, payload: str | bytes, *, version: str | None = None) -> EngineSample:
+        """Payload of ``metrics_path`` → EngineSample; MetricsParseError on garbage."""
+        version = version or self.image_version
+        fmt = self.metrics_format
+        if self.json_metrics_path and _looks_like_json(payload):
+            fmt = "json"
+        try:
+            if fmt == "prometheus":
+                return prom_dialect(self.kind.value, version).parse(payload, version=version)
+            if fmt == "ollama_ps":
+                return parse_ollama_ps(payload, version=version)
+            if fmt == "json":
+                return parse_trtllm_iteration_stats(payload, version=version)
+        except MetricsParseError:
+            raise
+        except Exception as exc:  # a dialect bug must still read as a parse failure
+            raise MetricsParseError(f"{self.kind.value} metrics: {exc!r}") from exc
+        raise MetricsParseError(f"{self.display_name} exports no metrics endpoint")
+
+    def kv_capacity_from_log(self, text: str) -> int | None:
+        """KV capacity in tokens as the engine's start-up log states it, if it does."""
+        for pattern in self.kv_log_patterns:
+            matches = re.findall(pattern, text)
+            if matches:
+                last = matches[-1]
+                groups = last if isinstance(last, tuple) else (last,)
+                product = 1
+                for group in groups:
+                    product *= int(str(group).replace(",", ""))
+                return product
+        return None
+
+    def __repr__(self) -> str:
+        return f"<EngineSpec {self.kind.value}>"
+
+
+def _looks_like_json(payload: str | bytes) -> bool:
+    head = payload[:256].lstrip()
+    return head[:1] in ("[", "{") if isinstance(head, str) else head[:1] in (b"[", b"{")
+
+
+def _status_word(body: bytes | None) -> str | None:
+    """``status`` (or ``error.message``) of a JSON health body, lower-cased."""
+    if not body:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    word = data.get("status")
+    if word is None and isinstance(data.get("error"), dict):
+        word = data["error"].get("message")
+    if not isinstance(word, str):
+        return None
+    word = word.strip().lower()
+    return "loading" if word.startswith("loading") else word

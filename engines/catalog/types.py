@@ -1,0 +1,89 @@
+"""The catalog's vocabulary: engine kinds, launch config, health states."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+
+class EngineKind(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+    LLAMACPP = "llamacpp"
+    OLLAMA = "ollama"
+    TRTLLM = "trtllm"
+    LMDEPLOY = "lmdeploy"
+
+
+class Health(StrEnum):
+    LOADING = "loading"
+    READY = "ready"
+    DEAD = "dead"
+    UNHEALTHY = "unhealthy"
+
+
+Platform = Literal["nvidia", "jetson", "cpu"]
+PLATFORMS: tuple[str, ...] = ("nvidia", "jetson", "cpu")
+MetricsFormat = Literal["prometheus", "json", "ollama_ps"]
+
+
+class UnsupportedOption(ValueError):
+    """A launch option the engine has no way to honour (e.g. TGI pipeline parallel)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchConfig:
+    """What an operator asks of an engine, independent of its flag spelling.
+
+    ``port`` is where clients reach the engine: the process's own port when it
+    runs bare, the host port when it runs under Compose (inside the container
+    the engine then listens on its spec's ``container_port``).
+    """
+
+    model: str
+    port: int = 8000
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    context_len: int | None = None
+    gpu_mem_fraction: float | None = None
+    quantization: str | None = None
+    max_num_seqs: int | None = None
+    metrics: bool = True
+    api_key: str | None = None
+    gpu_ids: tuple[int, ...] = ()
+    image: str | None = None
+    """Overrides the spec's image (e.g. a pinned or locally built tag)."""
+    extra_args: tuple[str, ...] = ()
+    """Appended verbatim after the rendered flags."""
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not self.model or "\n" in self.model:
+            problems.append("model must be a non-empty single line")
+        if not 1 <= self.port <= 65535:
+            problems.append(f"port {self.port} is not in 1..65535")
+        for name in ("tensor_parallel", "pipeline_parallel"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1")
+        for name in ("context_len", "max_num_seqs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                problems.append(f"{name} must be at least 1 when given")
+        if self.gpu_mem_fraction is not None and not 0.0 < self.gpu_mem_fraction <= 1.0:
+            problems.append(f"gpu_mem_fraction {self.gpu_mem_fraction} is not in (0, 1]")
+        if any(i < 0 for i in self.gpu_ids):
+            problems.append("gpu_ids must be non-negative")
+        if self.quantization is not None and not _TOKEN.fullmatch(self.quantization):
+            problems.append(f"quantization {self.quantization!r} is not a plain name")
+        if problems:
+            raise ValueError("invalid LaunchConfig: " + "; ".join(problems))
+
+    @property
+    def gpus_needed(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9_.+-]+")

@@ -1,0 +1,21 @@
+"""Metrics dialects: each engine's telemetry payload → one ``EngineSample``."""
+
+from engines.dialects.jsonish import (
+    ollama_response_counts,
+    parse_ollama_ps,
+    parse_trtllm_iteration_stats,
+)
+from engines.dialects.prom import MetricsParseError, SeriesTable, parse_prometheus
+from engines.dialects.tables import PromDialect, prom_dialect, version_tuple
+
+__all__ = [
+    "MetricsParseError",
+    "PromDialect",
+    "SeriesTable",
+    "ollama_response_counts",
+    "parse_ollama_ps",
+    "parse_prometheus",
+    "parse_trtllm_iteration_stats",
+    "prom_dialect",
+    "version_tuple",
+]
