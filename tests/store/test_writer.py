@@ -1,0 +1,120 @@
+"""The writer: exact round trips, full disk, locked DB, refused values."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from engines.loadgen.records import RequestRecord
+from store import Store, StoreWriteError, open_store
+from tests.store.conftest import failed_record, record, summary_from_h200
+
+
+def test_requests_and_levels_read_back_equal(mem_store: Store) -> None:
+    run_id = mem_store.create_run(name="rt", engine_kind="llamacpp", node="n1")
+    records = [record(run_id, 0, i) for i in range(20)]
+    records.append(failed_record(run_id, 0, 20))
+    records.append(record(run_id, 0, 21, incomplete=True, prompt_tokens=None))
+    # Fields the contract gained after schema v2 (kept as JSON) survive too.
+    extras = {
+        f.name: f.default
+        for f in dataclasses.fields(RequestRecord)
+        if f.name in {"warmup", "server_decode_tok_s"}
+    }
+    if "warmup" in extras:
+        records.append(dataclasses.replace(record(run_id, 0, 22), warmup=True))  # type: ignore[call-arg]
+    mem_store.add_requests(records[:5])
+    for r in records[5:]:
+        mem_store.add_request(r)
+    summary = summary_from_h200(2, failed=3)
+    mem_store.add_level(run_id, summary)
+    mem_store.flush()
+    assert list(mem_store.iter_requests(run_id)) == records
+    (level,) = mem_store.levels(run_id)
+    assert level.summary == summary
+    assert mem_store.get_run(run_id).request_count == summary.completed + summary.failed
+
+
+def test_same_request_written_twice_is_kept_once(mem_store: Store) -> None:
+    run_id = mem_store.create_run(name="dup")
+    mem_store.add_request(record(run_id, 0, 0, output_tokens=10))
+    mem_store.add_request(record(run_id, 0, 0, output_tokens=11))
+    mem_store.flush()
+    assert [r.output_tokens for r in mem_store.iter_requests(run_id)] == [11]
+
+
+def test_full_disk_is_reported_and_no_row_is_lost(tmp_path: Path) -> None:
+    errors: list[StoreWriteError] = []
+    st = open_store(tmp_path / "small.db", max_db_bytes=256 * 1024, on_error=errors.append)
+    run_id = st.create_run(name="big")
+    st.flush()
+    st.add_requests(record(run_id, 0, i) for i in range(3000))
+    with pytest.raises(StoreWriteError) as info:
+        st.flush()
+    assert "full" in str(info.value)
+    assert "infer-top runs prune" in str(info.value)
+    assert info.value.unsaved == 3000
+    assert errors and errors[-1].unsaved == 3000
+    # More rows keep queueing while the disk is full.
+    st.add_requests(record(run_id, 1, i) for i in range(10))
+    # Space comes back: everything held is written, in order, nothing lost.
+    st.set_max_db_bytes(None)
+    st.flush()
+    assert st.unsaved == 0
+    assert st.request_count(run_id) == 3010
+    st.close()
+    conn = sqlite3.connect(tmp_path / "small.db")
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_close_on_a_full_disk_says_how_many_rows_were_not_written(tmp_path: Path) -> None:
+    st = open_store(tmp_path / "small.db", max_db_bytes=200 * 1024)
+    run_id = st.create_run(name="big")
+    st.add_requests(record(run_id, 0, i) for i in range(3000))
+    with pytest.raises(StoreWriteError, match=r"\d+ rows unwritten") as info:
+        st.close(timeout_s=10)
+    assert info.value.unsaved >= 3000
+
+
+def test_locked_database_is_retried_once_the_lock_goes(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    st = open_store(path, busy_timeout_s=0.05)
+    run_id = st.create_run(name="locked")
+    st.flush()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        st.add_requests(record(run_id, 0, i) for i in range(50))
+        with pytest.raises(StoreWriteError, match="locked"):
+            st.flush()
+        assert st.unsaved == 50
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    st.flush()
+    assert st.request_count(run_id) == 50
+    st.close()
+
+
+def test_a_row_sqlite_refuses_is_set_aside_and_the_rest_written(mem_store: Store) -> None:
+    run_id = mem_store.create_run(name="bad")
+    mem_store.add_request(record(run_id, 0, 0))
+    mem_store.add_request(record(run_id, 0, 1, prompt_tokens=["not", "an", "int"]))
+    mem_store.add_request(record(run_id, 0, 2))
+    with pytest.raises(StoreWriteError, match="refused") as info:
+        mem_store.flush()
+    assert info.value.rejected == 1
+    assert [r.request_index for r in mem_store.iter_requests(run_id)] == [0, 2]
+    (rejected,) = mem_store.rejected
+    assert rejected[1][2] == 1  # the row itself is kept for the caller
+    mem_store.flush()  # reported once, not on every later flush
+
+
+def test_writes_after_close_are_refused(tmp_path: Path) -> None:
+    st = open_store(tmp_path / "c.db")
+    st.close()
+    with pytest.raises(StoreWriteError, match="closed"):
+        st.create_run(name="late")
