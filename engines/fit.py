@@ -1,0 +1,217 @@
+"""Will this model fit? Weights + KV cache against each engine's budgeting rule.
+
+KV bytes per token = 2 (K and V) × layers × kv_heads × head_dim × bytes, with
+kv_heads split over tensor-parallel ranks (at least one head per rank).  All
+figures are per GPU.  Engines budget memory differently:
+
+* vLLM: ``gpu_memory_utilization`` × total memory holds weights, activations
+  and the KV pool;
+* SGLang / TGI: the static fraction × total covers weights + KV pool;
+* TensorRT-LLM / LMDeploy: the fraction applies to what is free *after* the
+  weights loaded, and all of it becomes KV;
+* llama.cpp: ``-c`` KV cells for all ``-np`` slots together (each slot gets c/np);
+* Ollama: context × ``OLLAMA_NUM_PARALLEL`` cells.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+GIB = 1024**3
+MIB = 1024**2
+
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "fp16": 2.0,
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "q8_0": 8.5 / 8,  # GGUF blocks carry a scale per 32 weights
+    "q6_k": 6.5625 / 8,
+    "q5_k_m": 5.5 / 8,
+    "q4_k_m": 4.85 / 8,
+    "q4_0": 4.5 / 8,
+    "int4": 0.5,
+    "awq": 0.5,
+    "gptq": 0.5,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    name: str
+    params_b: float
+    """Parameters in billions."""
+    layers: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    attn_heads: int
+    max_context: int
+
+    def __post_init__(self) -> None:
+        if min(self.layers, self.kv_heads, self.head_dim, self.hidden, self.attn_heads) < 1:
+            raise ValueError(f"{self.name}: every dimension must be at least 1")
+        if self.params_b <= 0:
+            raise ValueError(f"{self.name}: params_b must be positive")
+
+
+# Shapes from each model's config.json (num_hidden_layers, num_key_value_heads,
+# hidden_size / num_attention_heads, max_position_embeddings).
+KNOWN_MODELS: dict[str, ModelShape] = {
+    m.name: m
+    for m in (
+        ModelShape("Llama-3.1-8B", 8.03, 32, 8, 128, 4096, 32, 131072),
+        ModelShape("Llama-3.1-70B", 70.6, 80, 8, 128, 8192, 64, 131072),
+        ModelShape("Llama-2-7B", 6.74, 32, 32, 128, 4096, 32, 4096),
+        ModelShape("Qwen2.5-7B", 7.62, 28, 4, 128, 3584, 28, 32768),
+        ModelShape("Llama-3.2-3B", 3.21, 28, 8, 128, 3072, 24, 131072),
+        ModelShape("Llama-3.2-1B", 1.24, 16, 8, 64, 2048, 32, 131072),
+    )
+}
+
+
+def dtype_bytes(dtype: str | float) -> float:
+    if isinstance(dtype, int | float):
+        if dtype <= 0:
+            raise ValueError("bytes per element must be positive")
+        return float(dtype)
+    try:
+        return DTYPE_BYTES[dtype.lower()]
+    except KeyError:
+        raise KeyError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}") from None
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype_bytes: float, tp: int = 1) -> int:
+    """K and V of every layer for one token, on one tensor-parallel rank."""
+    if tp < 1:
+        raise ValueError("tp must be at least 1")
+    heads_per_rank = max(1, shape.kv_heads // tp)
+    return math.ceil(2 * shape.layers * heads_per_rank * shape.head_dim * dtype_bytes)
+
+
+def weights_bytes(shape: ModelShape, dtype: str | float, tp: int = 1, pp: int = 1) -> int:
+    """Weights on one GPU when split over tp × pp ranks."""
+    return math.ceil(shape.params_b * 1e9 * dtype_bytes(dtype) / (tp * pp))
+
+
+@dataclass(frozen=True, slots=True)
+class FitEstimate:
+    weights_bytes: int
+    kv_bytes: int
+    """KV needed for concurrent_seqs × context_len tokens."""
+    total_bytes: int
+    """weights + KV + overhead."""
+    budget_bytes: int
+    """What the engine lets weights + KV (+ overhead) use under its rule."""
+    fits: bool
+    max_concurrent_at_context: int
+    """Full-length sequences the engine's KV pool could hold at once."""
+    kv_capacity_tokens: int
+    """Tokens the KV pool the engine would allocate can hold."""
+    kv_bytes_per_token: int
+    notes: tuple[str, ...] = ()
+
+    def versus_reported(self, reported_tokens: int | None) -> str:
+        """One line: our KV capacity estimate against the engine's own log."""
+        if reported_tokens is None:
+            return (
+                f"KV capacity: estimate {self.kv_capacity_tokens:,} tokens (engine reported none)"
+            )
+        if reported_tokens <= 0:
+            return f"KV capacity: estimate {self.kv_capacity_tokens:,} tokens, reported 0"
+        ratio = self.kv_capacity_tokens / reported_tokens
+        return (
+            f"KV capacity: estimate {self.kv_capacity_tokens:,} tokens, "
+            f"engine reported {reported_tokens:,} ({ratio:.0%} of reported)"
+        )
+
+
+_DEFAULT_FRACTION = {
+    "vllm": 0.9,
+    "sglang": 0.88,
+    "tgi": 1.0,
+    "trtllm": 0.9,
+    "lmdeploy": 0.8,
+}
+_FRACTION_COVERS = {
+    "vllm": "total",
+    "sglang": "total",
+    "tgi": "total",
+    "trtllm": "free",
+    "lmdeploy": "free",
+}
+
+
+def estimate_fit(
+    shape: ModelShape,
+    engine_kind: str,
+    *,
+    context_len: int,
+    gpu_mem_total_bytes: int,
+    concurrent_seqs: int = 1,
+    weight_dtype: str | float = "fp16",
+    kv_dtype: str | float = "fp16",
+    tp: int = 1,
+    pp: int = 1,
+    gpu_mem_fraction: float | None = None,
+    overhead_bytes: int | None = None,
+) -> FitEstimate:
+    """Per-GPU fit of ``concurrent_seqs`` sequences of ``context_len`` tokens."""
+    kind = str(engine_kind)
+    if context_len < 1 or concurrent_seqs < 1 or gpu_mem_total_bytes < 1:
+        raise ValueError("context_len, concurrent_seqs and gpu_mem_total_bytes must be positive")
+    if kind not in _FRACTION_COVERS and kind not in ("llamacpp", "ollama"):
+        raise KeyError(f"no budgeting rule for engine {kind!r}")
+    notes: list[str] = []
+    if context_len > shape.max_context:
+        notes.append(f"context {context_len} exceeds {shape.name}'s {shape.max_context}")
+    per_token = kv_bytes_per_token(shape, dtype_bytes(kv_dtype), tp)
+    if shape.kv_heads < tp:
+        notes.append(f"{shape.kv_heads} KV heads over TP {tp}: heads are replicated")
+    weights = weights_bytes(shape, weight_dtype, tp, pp)
+    # KV is split by layer over pipeline stages
+    per_token = math.ceil(per_token / pp)
+    kv = per_token * context_len * concurrent_seqs
+    local = kind in ("llamacpp", "ollama")
+    if overhead_bytes is None:
+        # activations, CUDA graphs, compute buffers: a rule of thumb
+        overhead_bytes = 256 * MIB if local else GIB
+        notes.append(f"assumed {overhead_bytes // MIB} MiB for activations and buffers")
+    if local:
+        # no fraction: -c (llama.cpp) / context × parallel (Ollama) cells are
+        # allocated up front in full, and the rest of the card is the limit
+        budget = gpu_mem_total_bytes
+        kv_pool = kv
+        fits = weights + kv + overhead_bytes <= budget
+        free_for_kv = max(budget - weights - overhead_bytes, 0)
+        max_conc = free_for_kv // (per_token * context_len)
+        slot = "slots (-np)" if kind == "llamacpp" else "OLLAMA_NUM_PARALLEL"
+        notes.append(f"{context_len} cells per sequence × {concurrent_seqs} {slot}")
+    else:
+        fraction = gpu_mem_fraction or _DEFAULT_FRACTION[kind]
+        if _FRACTION_COVERS[kind] == "total":
+            budget = int(fraction * gpu_mem_total_bytes)
+            kv_pool = max(budget - weights - overhead_bytes, 0)
+            notes.append(f"{fraction:g} of total memory covers weights + KV")
+        else:
+            free = max(gpu_mem_total_bytes - weights - overhead_bytes, 0)
+            kv_pool = int(fraction * free)
+            budget = weights + overhead_bytes + kv_pool
+            notes.append(f"{fraction:g} of memory free after weights becomes KV")
+        fits = weights + overhead_bytes + kv <= budget
+        max_conc = kv_pool // (per_token * context_len)
+    if weights + overhead_bytes > gpu_mem_total_bytes:
+        notes.append("the weights alone do not fit: raise tp/pp or quantize")
+    return FitEstimate(
+        weights_bytes=weights,
+        kv_bytes=kv,
+        total_bytes=weights + kv + overhead_bytes,
+        budget_bytes=budget,
+        fits=fits,
+        max_concurrent_at_context=int(max_conc),
+        kv_capacity_tokens=int(kv_pool // per_token),
+        kv_bytes_per_token=per_token,
+        notes=tuple(notes),
+    )
