@@ -94,3 +94,158 @@ class TelemetryFrame:
     """True when GPU values are replayed from a recording, not measured."""
     protocol: int = PROTOCOL_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- control-plane messages (added with the agent server, protocol 1) ------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str | None = None
+    mem_total_bytes: int | None = None
+    power_limit_w: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node: str
+    host: str
+    platform: str
+    agent_version: str
+    gpus: tuple[GpuInfo, ...] = ()
+    docker_version: str | None = None
+    compose_version: str | None = None
+    driver_version: str | None = None
+    unified_memory: bool = False
+    simulated: bool = False
+    interval_s: float = 1.0
+    runtimes: tuple[str, ...] = ()
+    protocol: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """One deployment the agent manages (a Compose project, a process or a simulator)."""
+
+    id: str
+    kind: str
+    runtime: str
+    """compose | process | sim"""
+    state: str
+    health: str
+    url: str | None = None
+    port: int | None = None
+    gpu_ids: tuple[int, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    simulated: bool = False
+    started_at: float | None = None
+    message: str | None = None
+    """The last thing worth telling the operator (why it failed, what it adopted)."""
+
+
+EVENT_KINDS = (
+    "starting",
+    "started",
+    "healthy",
+    "unhealthy",
+    "crashed",
+    "stopped",
+    "swapped",
+    "rolled_back",
+    "adopted",
+    "failed",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    seq: int
+    ts: float
+    kind: str
+    """One of EVENT_KINDS."""
+    engine_id: str
+    message: str = ""
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A protocol dataclass as plain JSON-ready data (tuples become lists)."""
+    from dataclasses import asdict
+
+    result: dict[str, Any] = asdict(obj)
+    return result
+
+
+def _build(cls: type[Any], data: Any) -> Any:
+    """Rebuild ``cls`` from plain data, ignoring keys a newer agent added."""
+    from dataclasses import fields
+
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    one, many = _NESTED_ONE.get(cls, {}), _NESTED_MANY.get(cls, {})
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name in one:
+            value = _build(one[f.name], value)
+        elif f.name in many:
+            if not isinstance(value, list):
+                raise ProtocolError(f"{cls.__name__}.{f.name}: expected a list")
+            value = tuple(_build(many[f.name], v) for v in value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ProtocolError(f"{cls.__name__}: {exc}") from exc
+
+
+_NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {TelemetryFrame: {"host": HostSample}}
+_NESTED_MANY: dict[type[Any], dict[str, type[Any]]] = {
+    TelemetryFrame: {"gpus": GpuSample, "engines": EngineTelemetry},
+    GpuSample: {"processes": GpuProcess},
+    NodeInfo: {"gpus": GpuInfo},
+}
+
+
+class ProtocolError(ValueError):
+    """A message that does not fit the protocol (wrong version, missing fields)."""
+
+
+def _check_version(data: dict[str, Any]) -> None:
+    version = data.get("protocol", PROTOCOL_VERSION)
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"agent speaks protocol {version}, this client speaks {PROTOCOL_VERSION}: "
+            "upgrade the older side"
+        )
+
+
+def frame_to_dict(frame: TelemetryFrame) -> dict[str, Any]:
+    return to_dict(frame)
+
+
+def frame_from_dict(data: dict[str, Any]) -> TelemetryFrame:
+    _check_version(data)
+    frame: TelemetryFrame = _build(TelemetryFrame, data)
+    return frame
+
+
+def node_info_from_dict(data: dict[str, Any]) -> NodeInfo:
+    _check_version(data)
+    info: NodeInfo = _build(NodeInfo, data)
+    return info
+
+
+def engine_info_from_dict(data: dict[str, Any]) -> EngineInfo:
+    info: EngineInfo = _build(EngineInfo, data)
+    return info
+
+
+def event_from_dict(data: dict[str, Any]) -> AgentEvent:
+    event: AgentEvent = _build(AgentEvent, data)
+    return event

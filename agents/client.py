@@ -1,0 +1,270 @@
+"""The control plane's client for one agent (the TUI uses it; so do tests).
+
+Every method raises :class:`AgentError` with the agent's own words on a
+refusal or failure.  ``stream()`` reconnects by itself and resumes after the
+last frame it delivered, so a dropped connection loses no buffered frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from agents.protocol import (
+    AgentEvent,
+    EngineInfo,
+    NodeInfo,
+    ProtocolError,
+    TelemetryFrame,
+    engine_info_from_dict,
+    event_from_dict,
+    frame_from_dict,
+    node_info_from_dict,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AgentError(Exception):
+    """The agent refused or failed; ``status`` is the HTTP status (0: unreachable)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+
+class AgentClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        session: aiohttp.ClientSession | None = None,
+        *,
+        ssl_context: ssl.SSLContext | bool = True,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._session = session
+        self._own_session = session is None
+        self._ssl = ssl_context
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------------
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: dict[str, str] | None = None,
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> Any:
+        try:
+            async with self.session.request(
+                method,
+                self.base_url + path,
+                json=json_body,
+                params=params,
+                headers=self._headers,
+                ssl=self._ssl,
+                timeout=client_timeout or self._timeout,
+            ) as resp:
+                text = await resp.text()
+                data = _json_or_text(text)
+                if resp.status >= 400:
+                    message = data.get("error") if isinstance(data, dict) else None
+                    raise AgentError(resp.status, str(message or text or resp.reason))
+                return data
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise AgentError(0, f"agent at {self.base_url} unreachable: {exc!r}") from exc
+
+    def _ws_url(self, path: str) -> str:
+        return self.base_url + path
+
+    # -- queries ----------------------------------------------------------------
+    async def node_info(self) -> NodeInfo:
+        return node_info_from_dict(await self._request("GET", "/v1/node"))
+
+    async def snapshot(self) -> TelemetryFrame:
+        return frame_from_dict(await self._request("GET", "/v1/telemetry"))
+
+    async def engines(self) -> list[EngineInfo]:
+        data = await self._request("GET", "/v1/engines")
+        return [engine_info_from_dict(e) for e in data["engines"]]
+
+    async def engine(self, engine_id: str) -> EngineInfo:
+        return engine_info_from_dict(await self._request("GET", f"/v1/engines/{engine_id}"))
+
+    async def recent_events(self, since_seq: int = 0) -> list[AgentEvent]:
+        data = await self._request("GET", "/v1/events", params={"since_seq": str(since_seq)})
+        return [event_from_dict(e) for e in data["events"]]
+
+    async def metrics_text(self) -> str:
+        return str(await self._request("GET", "/metrics"))
+
+    # -- control ----------------------------------------------------------------
+    async def start(
+        self,
+        kind: str,
+        config: dict[str, Any],
+        gpus: list[int] | None = None,
+        *,
+        runtime: str | None = None,
+        options: dict[str, Any] | None = None,
+        wait: bool = True,
+        timeout_s: float = 600,
+    ) -> EngineInfo:
+        body = {
+            "kind": kind,
+            "config": config,
+            "gpus": gpus,
+            "runtime": runtime,
+            "options": options or {},
+            "wait": wait,
+        }
+        data = await self._request(
+            "POST",
+            "/v1/engines",
+            json_body=body,
+            client_timeout=aiohttp.ClientTimeout(total=timeout_s),
+        )
+        return engine_info_from_dict(data)
+
+    async def stop(self, engine_id: str) -> EngineInfo:
+        data = await self._request(
+            "POST", f"/v1/engines/{engine_id}/stop", client_timeout=aiohttp.ClientTimeout(total=300)
+        )
+        return engine_info_from_dict(data)
+
+    async def swap(
+        self,
+        engine_id: str,
+        config: dict[str, Any],
+        *,
+        kind: str | None = None,
+        options: dict[str, Any] | None = None,
+        timeout_s: float = 900,
+    ) -> EngineInfo:
+        body = {"config": config, "kind": kind, "options": options or {}}
+        data = await self._request(
+            "POST",
+            f"/v1/engines/{engine_id}/swap",
+            json_body=body,
+            client_timeout=aiohttp.ClientTimeout(total=timeout_s),
+        )
+        return engine_info_from_dict(data)
+
+    async def logs(
+        self, engine_id: str, tail: int = 100, follow: bool = False
+    ) -> AsyncIterator[str]:
+        params = {"tail": str(tail), "follow": "1" if follow else "0"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        try:
+            async with self.session.get(
+                f"{self.base_url}/v1/engines/{engine_id}/logs",
+                params=params,
+                headers=self._headers,
+                ssl=self._ssl,
+                timeout=timeout,
+            ) as resp:
+                if resp.status >= 400:
+                    data = _json_or_text(await resp.text())
+                    msg = data.get("error") if isinstance(data, dict) else data
+                    raise AgentError(resp.status, str(msg))
+                async for raw in resp.content:
+                    yield raw.decode(errors="replace").rstrip("\n")
+        except aiohttp.ClientConnectionError as exc:
+            raise AgentError(0, f"log stream from {self.base_url} broke: {exc!r}") from exc
+
+    # -- streams ----------------------------------------------------------------
+    async def _ws_items(self, path: str, since_seq: int | None) -> AsyncIterator[dict[str, Any]]:
+        params = {} if since_seq is None else {"since_seq": str(since_seq)}
+        try:
+            async with self.session.ws_connect(
+                self._ws_url(path),
+                params=params,
+                headers=self._headers,
+                ssl=self._ssl,
+                heartbeat=30,
+            ) as ws:
+                async for msg in ws:
+                    if msg.type == aiohttp.WSMsgType.TEXT:
+                        yield json.loads(msg.data)
+                    elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        break
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401:
+                raise AgentError(401, "missing or wrong bearer token") from exc
+            raise AgentError(exc.status, exc.message) from exc
+
+    async def stream(
+        self, since_seq: int | None = None, *, reconnect: bool = True, retry_s: float = 1.0
+    ) -> AsyncIterator[TelemetryFrame]:
+        """Frames as the agent samples them; after a drop, resumes after the last seq."""
+        last = since_seq
+        while True:
+            try:
+                async for data in self._ws_items("/v1/telemetry/stream", last):
+                    frame = frame_from_dict(data)
+                    if last is not None and frame.seq <= last and frame.seq != 1:
+                        continue
+                    last = frame.seq
+                    yield frame
+            except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+                if not reconnect:
+                    raise AgentError(0, f"telemetry stream broke: {exc!r}") from exc
+                log.info("telemetry stream from %s broke (%r); reconnecting", self.base_url, exc)
+            except ProtocolError as exc:
+                raise AgentError(0, str(exc)) from exc
+            if not reconnect:
+                return
+            await asyncio.sleep(retry_s)
+
+    async def events(
+        self, since_seq: int | None = None, *, reconnect: bool = True, retry_s: float = 1.0
+    ) -> AsyncIterator[AgentEvent]:
+        last = since_seq
+        while True:
+            try:
+                async for data in self._ws_items("/v1/events/stream", last):
+                    event = event_from_dict(data)
+                    last = event.seq
+                    yield event
+            except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+                if not reconnect:
+                    raise AgentError(0, f"event stream broke: {exc!r}") from exc
+            if not reconnect:
+                return
+            await asyncio.sleep(retry_s)
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -1,0 +1,96 @@
+"""The agent's configuration: one frozen value built by the CLI, a test or the TUI."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "infer-top" / "agent"
+
+
+def bundled_trace() -> Path:
+    """The H200 NVML recording shipped in the wheel (the replay platform's source)."""
+    from importlib.resources import files
+
+    return Path(str(files("agents") / "data" / "h200-trace.json"))
+
+
+class ConfigError(ValueError):
+    """A configuration the agent refuses to start with."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    token: str
+    """The bearer token every route but ``/healthz`` needs."""
+    host: str = "127.0.0.1"
+    port: int = 7070
+    """0 picks a free port (tests, the embedded agent)."""
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allowed_engines: frozenset[str] = frozenset(
+        {"llamacpp", "vllm", "sglang", "tgi", "ollama", "trtllm", "lmdeploy", "sim"}
+    )
+    allowed_images: frozenset[str] = frozenset()
+    """Images a start request may name; an empty set allows only the catalog's defaults."""
+    model_dirs: tuple[Path, ...] = ()
+    """Host directories engines may mount; any other bind mount is refused."""
+    interval_s: float = 1.0
+    platform: str | None = None
+    """None: detect (nvidia, jetson, linux). "replay": play ``replay_trace`` as GPUs."""
+    replay_trace: Path | None = None
+    replay_gpus: int = 1
+    node_name: str = field(default_factory=socket.gethostname)
+    state_dir: Path = field(default_factory=default_state_dir)
+    health_timeout_s: float = 180.0
+    stop_timeout_s: float = 10.0
+    frame_buffer: int = 600
+    """Frames kept for resuming streams (10 min at 1 Hz)."""
+    native_binaries: dict[str, Path] = field(default_factory=dict)
+    """Engine kind -> executable for the process runtime (llamacpp, ollama); only these run."""
+    adopt_on_start: bool = True
+    docker_events: bool = True
+
+    def __post_init__(self) -> None:
+        if len(self.token) < 16:
+            raise ConfigError("the token must be at least 16 characters (use --token-file)")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("TLS needs both --tls-cert and --tls-key")
+        if not 0.05 <= self.interval_s <= 60:
+            raise ConfigError(f"interval {self.interval_s}s out of range 0.05-60 s")
+        if self.replay_gpus < 1:
+            raise ConfigError("replay_gpus must be at least 1")
+
+    @property
+    def audit_log(self) -> Path:
+        return self.state_dir / "audit.log"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def read_token(path: Path | None = None, env: str = "INFER_AGENT_TOKEN") -> str:
+    """The token from a file (first line) or the environment; a clear error when neither."""
+    if path is not None:
+        try:
+            text = path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token file {path}: {exc.strerror}") from exc
+        if not text:
+            raise ConfigError(f"token file {path} is empty")
+        return text.splitlines()[0].strip()
+    value = os.environ.get(env, "").strip()
+    if not value:
+        raise ConfigError(f"no token: pass --token-file FILE or set {env}")
+    return value

@@ -1,0 +1,300 @@
+"""Engine lifecycle over pluggable runtimes: start with a health gate, stop,
+swap with roll-back, crash detection, adoption after an agent restart, and the
+event stream the control plane follows."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+
+from agents.broadcast import Broadcast
+from agents.collectors.engines import EngineScraper
+from agents.config import AgentConfig
+from agents.protocol import AgentEvent, EngineTelemetry
+from agents.runtime import Deployment, Runtime, RuntimeError_
+from agents.security import check_start_request
+from agents.specs import EngineSpec, get_spec
+
+log = logging.getLogger(__name__)
+
+_RUNNING = ("starting", "loading", "ready")
+
+
+class ManagerError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class EngineManager:
+    def __init__(
+        self,
+        config: AgentConfig,
+        runtimes: Mapping[str, Runtime],
+        *,
+        platform: str,
+        session: aiohttp.ClientSession,
+    ) -> None:
+        self.config = config
+        self.runtimes = dict(runtimes)
+        self.platform = platform
+        self.session = session
+        self.deployments: dict[str, Deployment] = {}
+        self.events: Broadcast[AgentEvent] = Broadcast(1000)
+        self.scraper = EngineScraper(session, timeout_s=min(2.0, max(config.interval_s, 0.5)))
+        self._event_seq = 0
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._unwatch: list[Any] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- events -----------------------------------------------------------------
+    def emit(self, kind: str, engine_id: str, message: str = "") -> AgentEvent:
+        self._event_seq += 1
+        event = AgentEvent(self._event_seq, time.time(), kind, engine_id, message)
+        self.events.publish(event)
+        log.info("engine %s: %s %s", engine_id, kind, message)
+        return event
+
+    def subscribe_events(self, since_seq: int | None) -> AsyncIterator[AgentEvent]:
+        return self.events.subscribe(since_seq)
+
+    # -- start-up / shutdown ------------------------------------------------------
+    async def open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.config.adopt_on_start:
+            for runtime in self.runtimes.values():
+                try:
+                    adopted = await runtime.adopt()
+                except Exception as exc:  # Docker down: adopt nothing, say why
+                    log.warning("runtime %s cannot adopt: %s", runtime.name, exc)
+                    continue
+                for dep in adopted:
+                    self.deployments[dep.id] = dep
+                    dep.state, dep.health = "ready", "unknown"
+                    dep.message = f"adopted from a previous agent ({runtime.name})"
+                    self.emit("adopted", dep.id, dep.message)
+        for runtime in self.runtimes.values():
+            unwatch = runtime.watch(self._exited_threadsafe)
+            if unwatch is not None:
+                self._unwatch.append(unwatch)
+
+    async def close(self) -> None:
+        """Stop watching.  Engines keep running: the next agent adopts them."""
+        for unwatch in self._unwatch:
+            unwatch()
+        self._unwatch.clear()
+
+    def _exited_threadsafe(self, dep_id: str, reason: str) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._exited, dep_id, reason)
+
+    def _exited(self, dep_id: str, reason: str) -> None:
+        dep = self.deployments.get(dep_id)
+        if dep is None or dep.state not in _RUNNING:
+            return  # an exit we caused (stop, swap) or already reported
+        dep.state, dep.health, dep.message = "crashed", "dead", reason
+        self.emit("crashed", dep_id, reason)
+
+    # -- queries ----------------------------------------------------------------
+    def get(self, dep_id: str) -> Deployment:
+        try:
+            return self.deployments[dep_id]
+        except KeyError:
+            raise ManagerError(404, f"no engine {dep_id!r} on this agent") from None
+
+    def runtime_for(self, dep: Deployment) -> Runtime:
+        return self.runtimes[dep.runtime]
+
+    async def telemetry(self) -> tuple[EngineTelemetry, ...]:
+        deps = [d for d in self.deployments.values() if d.state != "stopped"]
+
+        async def one(dep: Deployment) -> EngineTelemetry:
+            sample = None
+            if dep.state in _RUNNING:
+                sample = await self.scraper.sample(dep, get_spec(dep.kind))
+            return self.scraper.telemetry(dep, sample)
+
+        return tuple(await asyncio.gather(*(one(d) for d in deps)))
+
+    # -- lifecycle --------------------------------------------------------------
+    def _pick_runtime(self, kind: str, requested: str | None) -> str:
+        name = requested or ("sim" if kind == "sim" else "compose")
+        if name not in self.runtimes:
+            raise ManagerError(
+                400,
+                f"runtime {name!r} is not available here "
+                f"(available: {', '.join(sorted(self.runtimes))})",
+            )
+        return name
+
+    def prepare(
+        self,
+        kind: str,
+        launch: dict[str, Any],
+        gpus: list[int] | None,
+        options: dict[str, Any],
+        runtime: str | None,
+    ) -> Deployment:
+        """Validate a start request against the policy and build its record."""
+        runtime_name = self._pick_runtime(kind, runtime)
+        spec: EngineSpec | None = None if runtime_name == "sim" else get_spec(kind)
+        if runtime_name == "process":  # a native engine reads its model from the host
+            options = {**options, "model_on_host": True}
+        check_start_request(
+            self.config,
+            kind,
+            launch,
+            options,
+            declared=spec.declared_namespaces(self.platform) if spec else {},
+            default_image=spec.default_image if spec else None,
+        )
+        launch = dict(launch)
+        port = int(launch.get("port") or 0) or free_port()
+        launch["port"] = port
+        gpu_ids = tuple(gpus if gpus is not None else launch.get("gpu_ids") or ())
+        launch["gpu_ids"] = list(gpu_ids)
+        dep_id = uuid.uuid4().hex[:10]
+        return Deployment(
+            id=dep_id,
+            kind=kind,
+            runtime=runtime_name,
+            config=launch,
+            gpu_ids=gpu_ids,
+            port=port,
+            simulated=runtime_name == "sim",
+        )
+
+    async def start(
+        self,
+        kind: str,
+        launch: dict[str, Any],
+        gpus: list[int] | None = None,
+        *,
+        options: dict[str, Any] | None = None,
+        runtime: str | None = None,
+        wait: bool = True,
+    ) -> Deployment:
+        dep = self.prepare(kind, launch, gpus, options or {}, runtime)
+        self.deployments[dep.id] = dep
+        self._locks[dep.id] = asyncio.Lock()
+        async with self._locks[dep.id]:
+            if wait:
+                await self._bring_up(dep)
+            else:
+                asyncio.get_running_loop().create_task(self._bring_up(dep))
+        return dep
+
+    async def _bring_up(self, dep: Deployment) -> bool:
+        """Start and health-gate; False (and the reason in dep.message) when it failed."""
+        dep.state, dep.health, dep.message = "starting", "unknown", None
+        dep.started_at = time.time()
+        self.emit("starting", dep.id, f"{dep.kind} on port {dep.port}")
+        try:
+            await self.runtime_for(dep).start(dep)
+        except RuntimeError_ as exc:
+            dep.state, dep.health, dep.message = "crashed", "dead", str(exc)
+            self.emit("failed", dep.id, str(exc))
+            return False
+        self.emit("started", dep.id, dep.url or "")
+        return await self._gate(dep)
+
+    async def _gate(self, dep: Deployment) -> bool:
+        """Wait for the engine's own idea of ready (a loading 503 is not a failure)."""
+        runtime = self.runtime_for(dep)
+        spec = get_spec(dep.kind) if dep.runtime != "sim" else None
+        path = spec.health_path if spec else "/health"
+        deadline = time.monotonic() + self.config.health_timeout_s
+        timeout = aiohttp.ClientTimeout(total=2)
+        while time.monotonic() < deadline:
+            if dep.state == "crashed":  # the watcher saw it die
+                break
+            status: int | None = None
+            body: str | None = None
+            try:
+                async with self.session.get(f"{dep.url}{path}", timeout=timeout) as resp:
+                    status, body = resp.status, await resp.text()
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            health = (
+                spec.classify_health(status, body)
+                if spec
+                else ("ready" if status == 200 else "loading")
+            )
+            if health == "ready":
+                dep.state, dep.health = "ready", "healthy"
+                self.emit("healthy", dep.id, f"{dep.url}{path} answered {status}")
+                return True
+            dep.state, dep.health = "loading", "loading"
+            if status is None and await runtime.status(dep) != "running":
+                dep.message = "the engine exited before it became healthy"
+                break
+            await asyncio.sleep(0.5)
+        else:
+            dep.message = f"not healthy within {self.config.health_timeout_s:.0f} s"
+        dep.state, dep.health = "crashed", "dead"
+        self.emit("failed", dep.id, dep.message or "died while starting")
+        return False
+
+    async def stop(self, dep_id: str) -> Deployment:
+        dep = self.get(dep_id)
+        async with self._locks.setdefault(dep_id, asyncio.Lock()):
+            await self._take_down(dep)
+            self.emit("stopped", dep.id)
+        self.deployments.pop(dep_id, None)
+        self.scraper.forget(dep_id)
+        return dep
+
+    async def _take_down(self, dep: Deployment) -> None:
+        dep.state = "stopping"
+        await self.runtime_for(dep).stop(dep, self.config.stop_timeout_s)
+        dep.state, dep.health = "stopped", "unknown"
+
+    async def swap(
+        self,
+        dep_id: str,
+        launch: dict[str, Any],
+        *,
+        kind: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Deployment:
+        """Stop the old engine, start the new one on the same GPUs and port; if the new
+        one fails its health gate, bring the old configuration back."""
+        old = self.get(dep_id)
+        new_kind = kind or old.kind
+        launch = {**launch, "port": old.port, "gpu_ids": list(old.gpu_ids)}
+        candidate = self.prepare(new_kind, launch, list(old.gpu_ids), options or {}, old.runtime)
+        async with self._locks.setdefault(dep_id, asyncio.Lock()):
+            previous = (old.kind, dict(old.config))
+            await self._take_down(old)
+            old.kind, old.config = candidate.kind, candidate.config
+            if await self._bring_up(old):
+                self.emit("swapped", dep_id, f"now {old.kind} {old.config.get('model', '')}")
+                return old
+            reason = old.message
+            await self._take_down(old)
+            old.kind, old.config = previous
+            ok = await self._bring_up(old)
+            old.message = f"swap failed ({reason}); " + (
+                "rolled back to the previous engine" if ok else "roll-back failed too"
+            )
+            self.emit("rolled_back", dep_id, old.message)
+            raise ManagerError(502, old.message)
+
+    async def logs(self, dep_id: str, tail: int, follow: bool) -> AsyncIterator[str]:
+        dep = self.get(dep_id)
+        async for line in self.runtime_for(dep).logs(dep, tail, follow):
+            yield line

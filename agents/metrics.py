@@ -1,0 +1,85 @@
+"""Prometheus exposition of the latest frame, so Grafana can scrape agents directly.
+
+A custom collector reads the sampler's latest frame at scrape time: nothing is
+sampled twice and the values are exactly what the TUI sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agents.protocol import TelemetryFrame
+
+_GPU_GAUGES = (
+    ("util_pct", "infer_gpu_utilization_percent", "GPU utilisation, percent"),
+    ("mem_used_bytes", "infer_gpu_memory_used_bytes", "GPU memory in use, bytes"),
+    ("mem_total_bytes", "infer_gpu_memory_total_bytes", "GPU memory, bytes"),
+    ("power_w", "infer_gpu_power_watts", "GPU power draw, watts"),
+    ("temp_c", "infer_gpu_temperature_celsius", "GPU temperature, degrees Celsius"),
+    ("sm_clock_mhz", "infer_gpu_sm_clock_mhz", "SM clock, MHz"),
+    ("throttle_reasons", "infer_gpu_clocks_event_reasons", "NVML clocks-event-reasons bitmask"),
+)
+_ENGINE_GAUGES = (
+    ("kv_cache_usage", "infer_engine_kv_cache_usage_ratio", "KV cache in use, 0-1"),
+    ("requests_running", "infer_engine_requests_running", "Requests being decoded"),
+    ("requests_waiting", "infer_engine_requests_waiting", "Requests queued"),
+    ("prompt_tok_s", "infer_engine_prompt_tokens_per_second", "Prompt tokens per second"),
+    (
+        "generation_tok_s",
+        "infer_engine_generation_tokens_per_second",
+        "Generated tokens per second",
+    ),
+    ("ttft_p50_s", "infer_engine_ttft_p50_seconds", "Median time to first token"),
+    ("itl_p50_s", "infer_engine_itl_p50_seconds", "Median inter-token latency"),
+)
+
+
+class FrameCollector(Collector):
+    def __init__(self, latest: Callable[[], TelemetryFrame | None]) -> None:
+        self.latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        frame = self.latest()
+        if frame is None:
+            return
+        node = frame.node
+        for attr, name, doc in _GPU_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["node", "gpu", "name"])
+            for gpu in frame.gpus:
+                value = getattr(gpu, attr)
+                if value is not None:  # n/a stays absent, never 0
+                    family.add_metric([node, str(gpu.index), gpu.name], float(value))
+            yield family
+        energy = CounterMetricFamily(
+            "infer_gpu_energy_joules",
+            "GPU energy since driver load",
+            labels=["node", "gpu", "name"],
+        )
+        for gpu in frame.gpus:
+            if gpu.energy_j is not None:
+                energy.add_metric([node, str(gpu.index), gpu.name], gpu.energy_j)
+        yield energy
+        for attr, name, doc in _ENGINE_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["node", "engine", "kind"])
+            for eng in frame.engines:
+                value = getattr(eng, attr)
+                if value is not None:
+                    family.add_metric([node, eng.id, eng.kind], float(value))
+            yield family
+        up = GaugeMetricFamily(
+            "infer_engine_healthy",
+            "1 when the engine answers healthy",
+            labels=["node", "engine", "kind"],
+        )
+        for eng in frame.engines:
+            up.add_metric([node, eng.id, eng.kind], 1.0 if eng.health == "healthy" else 0.0)
+        yield up
+
+
+def make_registry(latest: Callable[[], TelemetryFrame | None]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FrameCollector(latest))
+    return registry

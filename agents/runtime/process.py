@@ -1,0 +1,182 @@
+"""Natively installed engines (llama-server, ollama) as plain processes, with the
+same lifecycle as containers: a session of their own so they outlive an agent
+restart, output to a log file in the state dir, adoption by pid and command line."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agents.config import AgentConfig
+from agents.runtime import Deployment, ExitCallback, RuntimeError_
+from agents.runtime.state import StateStore, deployment_from_record
+
+
+def command_for(kind: str, binary: Path, dep: Deployment) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment of a native engine."""
+    cfg = dep.config
+    env: dict[str, str] = {}
+    if dep.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in dep.gpu_ids)
+    if kind == "llamacpp":
+        if not cfg.get("model"):
+            raise RuntimeError_("llama-server needs 'model' (a GGUF file in a model directory)")
+        argv = [
+            str(binary),
+            "-m",
+            str(cfg["model"]),
+            "--host",
+            dep.host,
+            "--port",
+            str(dep.port),
+            "-np",
+            str(cfg.get("max_num_seqs") or 4),
+            "--metrics",
+            "--slots",
+        ]
+        if cfg.get("context_len"):
+            argv += ["-c", str(cfg["context_len"])]
+        if cfg.get("api_key"):
+            argv += ["--api-key", str(cfg["api_key"])]
+    elif kind == "ollama":
+        argv = [str(binary), "serve"]
+        env["OLLAMA_HOST"] = f"{dep.host}:{dep.port}"
+    else:
+        raise RuntimeError_(f"engine {kind!r} has no native runtime (llamacpp, ollama do)")
+    argv += [str(a) for a in cfg.get("extra_args") or ()]
+    return argv, env
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, config: AgentConfig, *, state: StateStore) -> None:
+        self.config = config
+        self.state = state
+        self.log_dir = config.state_dir / "logs"
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def log_path(self, dep: Deployment) -> Path:
+        return self.log_dir / f"{dep.id}.log"
+
+    async def start(self, dep: Deployment) -> None:
+        binary = self.config.native_binaries.get(dep.kind)
+        if binary is None:
+            known = ", ".join(sorted(self.config.native_binaries)) or "none"
+            raise RuntimeError_(
+                f"no native binary configured for {dep.kind!r} (configured: {known}; see --native)"
+            )
+        argv, env = command_for(dep.kind, binary, dep)
+        proc = self._spawn(argv, env, self.log_path(dep), binary)
+        self._procs[dep.id] = proc
+        self.state.save(dep, pid=proc.pid, argv=argv)
+
+    def _spawn(
+        self, argv: list[str], env: dict[str, str], log_path: Path, binary: Path
+    ) -> subprocess.Popen[bytes]:
+        # A session of its own: the engine outlives an agent restart and is adopted again.
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as out:
+            try:
+                return subprocess.Popen(
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **env},
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise RuntimeError_(f"cannot run {binary}: {exc.strerror}") from exc
+
+    def _pid(self, dep: Deployment) -> int | None:
+        if dep.id in self._procs:
+            return self._procs[dep.id].pid
+        record = self.state.load(dep.id) or {}
+        pid = record.get("pid")
+        return int(pid) if pid else None
+
+    def _alive(self, dep: Deployment) -> bool:
+        proc = self._procs.get(dep.id)
+        if proc is not None:
+            return proc.poll() is None
+        pid = self._pid(dep)
+        return pid is not None and _same_process(pid, self.state.load(dep.id) or {})
+
+    async def stop(self, dep: Deployment, timeout_s: float) -> None:
+        pid = self._pid(dep)
+        if pid is not None and self._alive(dep):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+            for _ in range(max(int(timeout_s * 10), 1)):
+                if not self._alive(dep):
+                    break
+                await asyncio.sleep(0.1)
+            if self._alive(dep):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+        proc = self._procs.pop(dep.id, None)
+        if proc is not None:
+            await asyncio.to_thread(proc.wait)
+        self.state.remove(dep.id)
+
+    async def status(self, dep: Deployment) -> str:
+        return "running" if self._alive(dep) else "exited"
+
+    async def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]:
+        path = self.log_path(dep)
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        for line in lines[-tail:] if tail > 0 else []:
+            yield line
+        if not follow:
+            return
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            while self._alive(dep):
+                chunk = fh.readline()
+                if chunk:
+                    yield chunk.decode(errors="replace").rstrip("\n")
+                else:
+                    await asyncio.sleep(0.2)
+
+    async def adopt(self) -> list[Deployment]:
+        out = []
+        for record in self.state.all(self.name):
+            if record.get("pid") and _same_process(int(record["pid"]), record):
+                out.append(deployment_from_record(record))
+        return out
+
+    def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
+        async def poll(known: dict[str, Any]) -> None:
+            while True:
+                for dep_id, proc in list(self._procs.items()):
+                    code = proc.poll()
+                    if code is not None and known.get(dep_id) is None:
+                        known[dep_id] = code
+                        on_exit(dep_id, f"process {proc.pid} exited (code {code})")
+                await asyncio.sleep(0.5)
+
+        task = asyncio.get_running_loop().create_task(poll({}), name="process-watch")
+
+        def unwatch() -> None:
+            task.cancel()
+
+        return unwatch
+
+
+def _same_process(pid: int, record: dict[str, Any]) -> bool:
+    """The pid is alive and still runs our command (pids are reused)."""
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+    except (psutil.Error, ValueError):
+        return False
+    argv = record.get("argv") or []
+    return bool(argv) and cmdline[:1] == argv[:1]

@@ -1,0 +1,72 @@
+"""Deployment records on disk (state dir), so a restarted agent adopts its engines
+with their identity and launch settings."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from agents.runtime import Deployment
+
+log = logging.getLogger(__name__)
+
+
+class StateStore:
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir / "deployments"
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def _path(self, dep_id: str) -> Path:
+        return self.dir / f"{dep_id}.json"
+
+    def save(self, dep: Deployment, **extra: Any) -> None:
+        record = {
+            "id": dep.id,
+            "kind": dep.kind,
+            "runtime": dep.runtime,
+            "config": dep.config,
+            "gpu_ids": list(dep.gpu_ids),
+            "port": dep.port,
+            "host": dep.host,
+            "started_at": dep.started_at,
+            "simulated": dep.simulated,
+            **extra,
+        }
+        tmp = self._path(dep.id).with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self._path(dep.id))  # never a half-written record
+
+    def load(self, dep_id: str) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self._path(dep_id).read_text())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def all(self, runtime: str) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(self.dir.glob("*.json")):
+            record = self.load(path.stem)
+            if record is not None and record.get("runtime") == runtime:
+                out.append(record)
+        return out
+
+    def remove(self, dep_id: str) -> None:
+        self._path(dep_id).unlink(missing_ok=True)
+
+
+def deployment_from_record(record: dict[str, Any]) -> Deployment:
+    return Deployment(
+        id=str(record["id"]),
+        kind=str(record["kind"]),
+        runtime=str(record["runtime"]),
+        config=dict(record.get("config") or {}),
+        gpu_ids=tuple(record.get("gpu_ids") or ()),
+        port=record.get("port"),
+        host=str(record.get("host") or "127.0.0.1"),
+        started_at=float(record.get("started_at") or 0.0),
+        simulated=bool(record.get("simulated")),
+    )

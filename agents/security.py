@@ -1,0 +1,142 @@
+"""Security by default: bearer-token auth on every route but the liveness probe,
+a policy for what a start request may ask for, and an audit log of every
+control action."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from agents.config import AgentConfig
+
+PUBLIC_ROUTES = frozenset({"/healthz"})
+"""The only route without a token: a bare liveness probe that tells nothing."""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def token_ok(header: str | None, token: str) -> bool:
+    if not header or not header.startswith("Bearer "):
+        return False
+    # Constant time, so response timing does not leak the token prefix.
+    return hmac.compare_digest(header[7:].strip().encode(), token.encode())
+
+
+def auth_middleware(token: str) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PUBLIC_ROUTES:
+            return await handler(request)
+        if not token_ok(request.headers.get("Authorization"), token):
+            return web.json_response(
+                {"error": "missing or wrong bearer token"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="infer-agent"'},
+            )
+        return await handler(request)
+
+    return middleware
+
+
+class PolicyError(Exception):
+    """A start request the agent refuses; the message says why and what is allowed."""
+
+
+def _under(path: Path, roots: Iterable[Path]) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(root.resolve()) for root in roots)
+
+
+def check_start_request(
+    config: AgentConfig,
+    kind: str,
+    launch: Mapping[str, Any],
+    options: Mapping[str, Any],
+    *,
+    declared: Mapping[str, str] | None = None,
+    default_image: str | None = None,
+) -> None:
+    """Refuse what the operator did not allow.  ``declared`` holds the engine's
+    Compose file's own ``pid`` / ``ipc`` modes (vLLM declares ``ipc: host``)."""
+    declared = declared or {}
+    if kind not in config.allowed_engines:
+        allowed = ", ".join(sorted(config.allowed_engines)) or "none"
+        raise PolicyError(f"engine {kind!r} is not allow-listed on this agent (allowed: {allowed})")
+    # With an image allow-list, the image run (asked for or the catalog's default) must be
+    # on it; without one, only the catalog's default image runs.
+    image = launch.get("image") or default_image
+    allowed_images = config.allowed_images or (
+        frozenset({default_image}) if default_image else frozenset()
+    )
+    if image is not None and image not in allowed_images:
+        allowed = ", ".join(sorted(str(i) for i in allowed_images)) or "none"
+        raise PolicyError(
+            f"image {image!r} is not allow-listed on this agent (allowed: {allowed}; "
+            "add it with --allow-image)"
+        )
+    for source in (options, launch):
+        if source.get("privileged"):
+            raise PolicyError("privileged mode is refused: an engine never needs it")
+        if source.get("cap_add"):
+            raise PolicyError("extra capabilities (cap_add) are refused")
+        for ns in ("pid", "ipc", "network_mode"):
+            value = source.get(ns)
+            if value and value != declared.get(ns):
+                raise PolicyError(
+                    f"{ns}: {value!r} is refused: only what the engine's Compose file declares "
+                    f"({declared.get(ns) or 'nothing'}) is allowed"
+                )
+    for mount in options.get("volumes", ()) or ():
+        host = str(mount).split(":", 1)[0]
+        if "docker.sock" in host:
+            raise PolicyError("mounting the Docker socket is refused")
+        if not host.startswith(("/", ".", "~")):
+            raise PolicyError(
+                f"volume {mount!r}: only bind mounts of model directories are allowed"
+            )
+        if not config.model_dirs or not _under(Path(host).expanduser(), config.model_dirs):
+            dirs = ", ".join(str(d) for d in config.model_dirs) or "none configured"
+            raise PolicyError(
+                f"bind mount {host!r} is outside the model directories ({dirs}; "
+                "add one with --model-dir)"
+            )
+    model = launch.get("model")
+    if isinstance(model, str) and model.startswith("/") and options.get("model_on_host"):
+        if not _under(Path(model), config.model_dirs):
+            raise PolicyError(f"model {model!r} is outside the model directories")
+
+
+class AuditLog:
+    """One JSON line per control action (who, what, outcome); never the token."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(self, action: str, remote: str | None, outcome: str, **details: Any) -> None:
+        entry = {
+            "ts": time.time(),
+            "action": action,
+            "remote": remote,
+            "outcome": outcome,
+            **details,
+        }
+        try:
+            with self.path.open("a") as fh:
+                fh.write(json.dumps(entry, default=str) + "\n")
+        except OSError as exc:  # a full disk must not stop the control action's answer
+            import logging
+
+            logging.getLogger(__name__).error("audit log %s: %s", self.path, exc)
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]

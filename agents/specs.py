@@ -1,0 +1,104 @@
+"""The agent's view of the engine catalog (``engines.catalog``): one adapter so
+the manager, runtimes and scraper share how a spec is read."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields, is_dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from engines.sample import EngineSample
+
+
+class UnknownEngine(LookupError):
+    pass
+
+
+def _value(health: Any) -> str:
+    return str(getattr(health, "value", health))
+
+
+class EngineSpec:
+    """Wraps the catalog's spec for ``kind``."""
+
+    def __init__(self, kind: str, spec: Any) -> None:
+        self.kind = kind
+        self.spec = spec
+
+    @property
+    def health_path(self) -> str:
+        return str(self.spec.health_path)
+
+    @property
+    def metrics_path(self) -> str | None:
+        path = self.spec.metrics_path
+        return None if path is None else str(path)
+
+    @property
+    def default_image(self) -> str | None:
+        image = getattr(self.spec, "default_image", None) or getattr(self.spec, "image", None)
+        return None if image is None else str(image)
+
+    def classify_health(self, status: int | None, body: str | None) -> str:
+        return _value(self.spec.classify_health(status, body))
+
+    def parse_metrics(self, payload: str | bytes) -> EngineSample:
+        sample: EngineSample = self.spec.parse_metrics(payload)
+        return sample
+
+    def compose_file(self, platform: str) -> Path:
+        from compose import compose_file
+
+        return compose_file(str(self.spec.compose_name(platform)))
+
+    def compose_env(
+        self, launch: dict[str, Any], *, deployment_id: str, node: str, platform: str
+    ) -> dict[str, str]:
+        env = self.spec.compose_env(
+            launch_config(launch), deployment_id=deployment_id, node=node, platform=platform
+        )
+        return {str(k): str(v) for k, v in env.items()}
+
+    def declared_namespaces(self, platform: str) -> dict[str, str]:
+        """``pid`` / ``ipc`` / ``network_mode`` the engine's own Compose file sets."""
+        try:
+            text = self.compose_file(platform).read_text()
+        except (FileNotFoundError, OSError):
+            return {}
+        return {
+            m.group(1): m.group(2).strip("\"'")
+            for m in re.finditer(r"^\s+(pid|ipc|network_mode):\s*(\S+)", text, re.M)
+        }
+
+
+@cache
+def get_spec(kind: str) -> EngineSpec:
+    try:
+        from engines import catalog
+    except ImportError as exc:
+        raise UnknownEngine(f"the engine catalog is not installed ({exc})") from exc
+    try:
+        spec = catalog.get_spec(catalog.EngineKind(kind))
+    except (KeyError, ValueError) as exc:
+        raise UnknownEngine(f"unknown engine kind {kind!r}") from exc
+    return EngineSpec(kind, spec)
+
+
+def launch_config(data: dict[str, Any]) -> Any:
+    """The catalog's LaunchConfig from wire data; unknown keys are refused by name."""
+    from engines.catalog import LaunchConfig
+
+    known = {f.name for f in fields(LaunchConfig)} if is_dataclass(LaunchConfig) else set(data)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown launch settings: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
+    values = dict(data)
+    if "gpu_ids" in values and values["gpu_ids"] is not None:
+        values["gpu_ids"] = tuple(values["gpu_ids"])
+    if "extra_args" in values and values["extra_args"] is not None:
+        values["extra_args"] = tuple(values["extra_args"])
+    return LaunchConfig(**values)
