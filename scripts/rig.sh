@@ -130,8 +130,9 @@ else
     mkdir -p "$ctx/rootfs$(dirname "$lib")"; cp -L "$lib" "$ctx/rootfs$lib"
   done < "$BUILD_DIR/libs.txt"
   cp "$ROOT/compose/llama-server.Dockerfile" "$ctx/Dockerfile"
-  docker build -q --label "org.infer-top.rig=$RIG_REVISION" -t "$IMAGE_TAG" "$ctx" >/dev/null \
-    || die "docker build of $IMAGE_TAG failed"
+  docker build -q --label "org.infer-top.rig=$RIG_REVISION" -t "$IMAGE_TAG" "$ctx" \
+    >/dev/null 2>"$CACHE/image-build.log" \
+    || { cat "$CACHE/image-build.log" >&2; die "docker build of $IMAGE_TAG failed"; }
   rm -rf "$ctx"
   say "image $IMAGE_TAG: built"
 fi
