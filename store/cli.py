@@ -103,7 +103,9 @@ def _num(value: float | None, fmt: str = ",.1f", scale: float = 1.0) -> str:
 def _runs_table(runs: list[RunInfo]) -> Table:
     t = Table(title="runs", title_justify="left")
     for col in ("id", "name", "engine", "node", "status", "levels", "requests", "created"):
-        t.add_column(col, justify="right" if col in {"levels", "requests"} else "left")
+        t.add_column(
+            col, justify="right" if col in {"levels", "requests"} else "left", no_wrap=col == "id"
+        )
     for r in runs:
         name = (r.name or "") + (" (simulated)" if r.simulated else "")
         t.add_row(

@@ -1,0 +1,103 @@
+"""AsyncStore keeps the loop free; retention folds old telemetry into history."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from store import AsyncStore, EngineRow, GpuRow, Store, open_store
+from tests.store.conftest import record, summary_from_h200
+
+
+async def test_reads_run_off_the_event_loop(tmp_path: Path) -> None:
+    st = open_store(tmp_path / "a.db")
+    astore = AsyncStore(st)
+    run_id = astore.create_run(name="async", engine_kind="vllm", node="n1")
+    astore.add_requests(record(run_id, 0, i) for i in range(100))
+    astore.add_level(run_id, summary_from_h200(0))
+    await astore.flush()
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    original = st._read
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(threading.get_ident())
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    st._read = spy  # type: ignore[method-assign]
+    runs, comparison, requests = await asyncio.gather(
+        astore.list_runs(), astore.compare([run_id]), astore.requests(run_id)
+    )
+    assert [r.run_id for r in runs] == [run_id]
+    assert comparison.rows[0].output_tok_s == summary_from_h200(0).output_tok_s
+    assert len(requests) == 100
+    assert seen and loop_thread not in seen
+    await astore.close()
+
+
+def test_reads_see_committed_rows_while_the_writer_holds_a_transaction(tmp_path: Path) -> None:
+    # WAL: a reader is not blocked by an open write transaction.
+    path = tmp_path / "wal.db"
+    st = open_store(path)
+    run_id = st.create_run(name="seen")
+    st.flush()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO events (ts, node, kind) VALUES (1, 'n', 'start')")
+    try:
+        assert st.get_run(run_id).name == "seen"
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    st.close()
+
+
+def _samples(node: str, start: float, n: int) -> list[GpuRow | EngineRow]:
+    rows: list[GpuRow | EngineRow] = []
+    for k in range(n):
+        rows.append(
+            GpuRow(node, start + k, 0, util_pct=50.0 + k % 2, power_w=100.0, energy_j=k * 100.0)
+        )
+        rows.append(EngineRow(node, start + k, "e1", "vllm", kv_cache_usage=0.5))
+    return rows
+
+
+def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history(mem_store: Store) -> None:
+    now = time.time()
+    old = now - 10 * 86400
+    minute = (old // 60) * 60
+    mem_store.add_telemetry(_samples("n1", minute, 120))  # two idle minutes, 10 days ago
+    run_start = minute + 1000
+    run_id = mem_store.create_run(name="r", node="n1", created_at=run_start)
+    mem_store.finish_run(run_id, at=run_start + 30)
+    mem_store.add_telemetry(_samples("n1", run_start, 30))  # during the run: kept
+    mem_store.add_telemetry(_samples("n1", now - 60, 30))  # recent: kept
+    mem_store.flush()
+    result = mem_store.prune_telemetry(older_than_s=7 * 86400)
+    assert result.gpu_samples_deleted == 120
+    assert result.engine_samples_deleted == 120
+    assert result.history_rows_written == 2
+    conn: sqlite3.Connection = mem_store._read_conn
+    assert conn.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 60
+    history = conn.execute(
+        "SELECT bucket_ts, samples, util_pct_mean, energy_j_last FROM gpu_history ORDER BY bucket_ts"
+    ).fetchall()
+    assert history == [(minute, 60, 50.5, 5900.0), (minute + 60, 60, 50.5, 11900.0)]
+    # Run again later: nothing new to fold; history itself ages out when asked.
+    again = mem_store.prune_telemetry(older_than_s=7 * 86400, history_older_than_s=8 * 86400)
+    assert again.gpu_samples_deleted == 0 and again.history_rows_deleted == 2
+
+
+def test_vacuum_shrinks_the_file_after_a_delete(tmp_path: Path) -> None:
+    st = open_store(tmp_path / "v.db")
+    run_id = st.create_run(name="big")
+    st.add_requests(record(run_id, 0, i) for i in range(5000))
+    st.flush()
+    assert st.delete_run(run_id) == 5000
+    before, after = st.vacuum()
+    assert after < before / 4
+    assert st.list_runs() == []
+    st.close()
