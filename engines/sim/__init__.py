@@ -1,0 +1,41 @@
+"""Engine simulator: OpenAI-compatible servers that imitate each engine's timing and dialect.
+
+Six of the seven engines infer-top knows cannot run without a GPU, and a load
+generator's accuracy can only be proven against a server whose timing is known.
+Everything produced here is labelled simulated: ``/v1/models`` owned_by
+``infer-top-sim``, the ``X-Infer-Top-Simulated: 1`` header and an
+``infer_top_simulated 1`` metric line.
+"""
+
+from engines.sim.app import RunningSim, build_app, start_sim
+from engines.sim.faults import FaultConfig
+from engines.sim.profile import ProfileError, SimProfile, list_profiles, load_profile
+from engines.sim.scheduler import (
+    Arrival,
+    Outcome,
+    RequestTrace,
+    Scheduler,
+    simulate,
+    simulate_closed_loop,
+)
+from engines.sim.server import OWNED_BY, SIM_HEADER, SimServer
+
+__all__ = [
+    "OWNED_BY",
+    "SIM_HEADER",
+    "Arrival",
+    "FaultConfig",
+    "Outcome",
+    "ProfileError",
+    "RequestTrace",
+    "RunningSim",
+    "Scheduler",
+    "SimProfile",
+    "SimServer",
+    "build_app",
+    "list_profiles",
+    "load_profile",
+    "simulate",
+    "simulate_closed_loop",
+    "start_sim",
+]
