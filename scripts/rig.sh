@@ -111,9 +111,11 @@ say "model: $MODEL ($(du -h "$MODEL" | cut -f1))"
 
 # --- 5. the image: busybox-static base by docker import + binary + libs + model
 if ! docker image inspect "$BASE_TAG" >/dev/null 2>&1; then
-  command -v busybox >/dev/null || apt_install busybox-static
-  BB="$(command -v busybox)"
-  file -L "$BB" 2>/dev/null | grep -q 'dynamically' && apt_install busybox-static && BB=/bin/busybox
+  # The base has no libc, so only a static busybox works there.
+  BB="$(command -v busybox || true)"
+  if [ -z "$BB" ] || ! ldd "$BB" 2>&1 | grep -q 'not a dynamic executable'; then
+    apt_install busybox-static; BB=/bin/busybox
+  fi
   tmp="$(mktemp -d)"; mkdir -p "$tmp/bin" "$tmp/tmp"
   cp "$BB" "$tmp/bin/busybox"
   for c in sh echo sleep cat wget kill ls; do ln -sf busybox "$tmp/bin/$c"; done
@@ -136,6 +138,9 @@ else
   rm -rf "$ctx"
   say "image $IMAGE_TAG: built"
 fi
+
+# --- 6. terminal tools the TUI tests drive the app with ---------------------
+command -v tmux >/dev/null 2>&1 || apt_install tmux
 
 cat > "$CACHE/rig.env" <<ENV
 INFER_TOP_LLAMA_SERVER_BIN=$BIN
