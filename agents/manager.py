@@ -20,7 +20,7 @@ from agents.config import AgentConfig
 from agents.protocol import AgentEvent, EngineTelemetry
 from agents.runtime import Deployment, Runtime, RuntimeError_
 from agents.security import check_start_request
-from agents.specs import EngineSpec, get_spec
+from agents.specs import get_spec, launch_config
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +134,9 @@ class EngineManager:
     def _pick_runtime(self, kind: str, requested: str | None) -> str:
         name = requested or ("sim" if kind == "sim" else "compose")
         if name not in self.runtimes:
+            available = ", ".join(sorted(self.runtimes))
             raise ManagerError(
-                400,
-                f"runtime {name!r} is not available here "
-                f"(available: {', '.join(sorted(self.runtimes))})",
+                400, f"runtime {name!r} is not available here (available: {available})"
             )
         return name
 
@@ -151,22 +150,32 @@ class EngineManager:
     ) -> Deployment:
         """Validate a start request against the policy and build its record."""
         runtime_name = self._pick_runtime(kind, runtime)
-        spec: EngineSpec | None = None if runtime_name == "sim" else get_spec(kind)
-        if runtime_name == "process":  # a native engine reads its model from the host
-            options = {**options, "model_on_host": True}
-        check_start_request(
-            self.config,
-            kind,
-            launch,
-            options,
-            declared=spec.declared_namespaces(self.platform) if spec else {},
-            default_image=spec.default_image if spec else None,
-        )
+        if runtime_name == "sim":
+            # A simulator imitates one engine; the allow-list entry that matters is "sim".
+            check_start_request(self.config, "sim", {}, options)
+            try:
+                kind = self.runtimes["sim"].kind_of(launch)  # type: ignore[attr-defined]
+            except RuntimeError_ as exc:
+                raise ManagerError(400, str(exc)) from None
+        else:
+            if runtime_name == "process":  # a native engine reads its model from the host
+                options = {**options, "model_on_host": True}
+            spec = get_spec(kind)
+            check_start_request(
+                self.config,
+                kind,
+                launch,
+                options,
+                declared=spec.declared_namespaces(self.platform),
+                default_image=spec.default_image(self.platform),
+            )
+            launch_config({"model": "x", **launch})  # the catalog's own refusals, early
         launch = dict(launch)
         port = int(launch.get("port") or 0) or free_port()
         launch["port"] = port
         gpu_ids = tuple(gpus if gpus is not None else launch.get("gpu_ids") or ())
-        launch["gpu_ids"] = list(gpu_ids)
+        if runtime_name != "sim":
+            launch["gpu_ids"] = list(gpu_ids)
         dep_id = uuid.uuid4().hex[:10]
         return Deployment(
             id=dep_id,
@@ -215,25 +224,21 @@ class EngineManager:
     async def _gate(self, dep: Deployment) -> bool:
         """Wait for the engine's own idea of ready (a loading 503 is not a failure)."""
         runtime = self.runtime_for(dep)
-        spec = get_spec(dep.kind) if dep.runtime != "sim" else None
-        path = spec.health_path if spec else "/health"
+        spec = get_spec(dep.kind)
+        path = spec.health_path
         deadline = time.monotonic() + self.config.health_timeout_s
         timeout = aiohttp.ClientTimeout(total=2)
         while time.monotonic() < deadline:
             if dep.state == "crashed":  # the watcher saw it die
                 break
             status: int | None = None
-            body: str | None = None
+            body: bytes | None = None
             try:
                 async with self.session.get(f"{dep.url}{path}", timeout=timeout) as resp:
-                    status, body = resp.status, await resp.text()
+                    status, body = resp.status, await resp.read()
             except (TimeoutError, aiohttp.ClientError):
                 pass
-            health = (
-                spec.classify_health(status, body)
-                if spec
-                else ("ready" if status == 200 else "loading")
-            )
+            health = spec.classify_health(status, body)
             if health == "ready":
                 dep.state, dep.health = "ready", "healthy"
                 self.emit("healthy", dep.id, f"{dep.url}{path} answered {status}")

@@ -36,13 +36,24 @@ class EngineSpec:
         path = self.spec.metrics_path
         return None if path is None else str(path)
 
-    @property
-    def default_image(self) -> str | None:
-        image = getattr(self.spec, "default_image", None) or getattr(self.spec, "image", None)
+    def default_image(self, platform: str) -> str | None:
+        """The catalog's image for this platform (None where the engine has none)."""
+        image = {
+            "nvidia": self.spec.image,
+            "jetson": self.spec.jetson_image,
+            "cpu": self.spec.cpu_image,
+        }.get(platform)
         return None if image is None else str(image)
 
-    def classify_health(self, status: int | None, body: str | None) -> str:
+    def classify_health(self, status: int | None, body: bytes | None) -> str:
         return _value(self.spec.classify_health(status, body))
+
+    def native_command(self, launch: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+        """Flags and environment of the engine run bare (the process runtime)."""
+        cfg = launch_config(launch)
+        env_fn = getattr(self.spec, "process_env", None)
+        env = {str(k): str(v) for k, v in env_fn(cfg).items()} if env_fn else {}
+        return [str(a) for a in self.spec.command_args(cfg)], env
 
     def parse_metrics(self, payload: str | bytes) -> EngineSample:
         sample: EngineSample = self.spec.parse_metrics(payload)
@@ -65,7 +76,7 @@ class EngineSpec:
         """``pid`` / ``ipc`` / ``network_mode`` the engine's own Compose file sets."""
         try:
             text = self.compose_file(platform).read_text()
-        except (FileNotFoundError, OSError):
+        except (OSError, ValueError):  # no file for this platform: the start fails later, clearly
             return {}
         return {
             m.group(1): m.group(2).strip("\"'")
@@ -80,9 +91,9 @@ def get_spec(kind: str) -> EngineSpec:
     except ImportError as exc:
         raise UnknownEngine(f"the engine catalog is not installed ({exc})") from exc
     try:
-        spec = catalog.get_spec(catalog.EngineKind(kind))
+        spec = catalog.get_spec(kind)
     except (KeyError, ValueError) as exc:
-        raise UnknownEngine(f"unknown engine kind {kind!r}") from exc
+        raise UnknownEngine(str(exc).strip("\"'")) from exc
     return EngineSpec(kind, spec)
 
 

@@ -18,41 +18,23 @@ import psutil
 from agents.config import AgentConfig
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
 from agents.runtime.state import StateStore, deployment_from_record
+from agents.specs import get_spec
 
 
-def command_for(kind: str, binary: Path, dep: Deployment) -> tuple[list[str], dict[str, str]]:
-    """The argv and extra environment of a native engine."""
-    cfg = dep.config
-    env: dict[str, str] = {}
+def command_for(binary: Path, dep: Deployment) -> tuple[list[str], dict[str, str]]:
+    """The catalog's flags for the engine, bound to the deployment's own address."""
+    try:
+        args, env = get_spec(dep.kind).native_command({**dep.config, "port": dep.port})
+    except ValueError as exc:  # LaunchConfig / UnsupportedOption refusals
+        raise RuntimeError_(f"cannot launch {dep.kind}: {exc}") from exc
+    # The catalog binds 0.0.0.0 for containers; a bare process stays on the agent's address.
+    if "--host" in args:
+        args[args.index("--host") + 1] = dep.host
+    if "OLLAMA_HOST" in env:
+        env["OLLAMA_HOST"] = f"{dep.host}:{dep.port}"
     if dep.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in dep.gpu_ids)
-    if kind == "llamacpp":
-        if not cfg.get("model"):
-            raise RuntimeError_("llama-server needs 'model' (a GGUF file in a model directory)")
-        argv = [
-            str(binary),
-            "-m",
-            str(cfg["model"]),
-            "--host",
-            dep.host,
-            "--port",
-            str(dep.port),
-            "-np",
-            str(cfg.get("max_num_seqs") or 4),
-            "--metrics",
-            "--slots",
-        ]
-        if cfg.get("context_len"):
-            argv += ["-c", str(cfg["context_len"])]
-        if cfg.get("api_key"):
-            argv += ["--api-key", str(cfg["api_key"])]
-    elif kind == "ollama":
-        argv = [str(binary), "serve"]
-        env["OLLAMA_HOST"] = f"{dep.host}:{dep.port}"
-    else:
-        raise RuntimeError_(f"engine {kind!r} has no native runtime (llamacpp, ollama do)")
-    argv += [str(a) for a in cfg.get("extra_args") or ()]
-    return argv, env
+    return [str(binary), *args], env
 
 
 class ProcessRuntime:
@@ -74,7 +56,7 @@ class ProcessRuntime:
             raise RuntimeError_(
                 f"no native binary configured for {dep.kind!r} (configured: {known}; see --native)"
             )
-        argv, env = command_for(dep.kind, binary, dep)
+        argv, env = command_for(binary, dep)
         proc = self._spawn(argv, env, self.log_path(dep), binary)
         self._procs[dep.id] = proc
         self.state.save(dep, pid=proc.pid, argv=argv)
