@@ -10,15 +10,9 @@ Everything produced here is labelled simulated: ``/v1/models`` owned_by
 from engines.sim.app import RunningSim, build_app, start_sim
 from engines.sim.faults import FaultConfig
 from engines.sim.profile import ProfileError, SimProfile, list_profiles, load_profile
-from engines.sim.scheduler import (
-    Arrival,
-    Outcome,
-    RequestTrace,
-    Scheduler,
-    simulate,
-    simulate_closed_loop,
-)
+from engines.sim.scheduler import Arrival, Outcome, RequestTrace, Scheduler
 from engines.sim.server import OWNED_BY, SIM_HEADER, SimServer
+from engines.sim.simulate import simulate, simulate_closed_loop
 
 __all__ = [
     "OWNED_BY",

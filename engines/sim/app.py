@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from engines.sim import dialects
+from engines.sim import dialects, introspect
 from engines.sim.faults import FaultConfig
 from engines.sim.profile import SimProfile, load_profile
 from engines.sim.scheduler import RequestTrace
@@ -94,19 +94,19 @@ def build_app(sim: SimServer) -> web.Application:
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
     async def trtllm_json(_: web.Request) -> web.Response:
-        return web.json_response(dialects.trtllm_iterations(p, sim.metrics, sim.started_epoch))
+        return web.json_response(introspect.trtllm_iterations(p, sim.metrics, sim.started_epoch))
 
     async def slots(_: web.Request) -> web.Response:
-        return web.json_response(dialects.llamacpp_slots(p, sim.sched))
+        return web.json_response(introspect.llamacpp_slots(p, sim.sched))
 
     async def ollama_root(_: web.Request) -> web.Response:
         return web.Response(text="Ollama is running")
 
     async def ollama_ps(_: web.Request) -> web.Response:
-        return web.json_response(dialects.ollama_ps(p, sim.loaded.is_set()))
+        return web.json_response(introspect.ollama_ps(p, sim.loaded.is_set()))
 
     async def ollama_tags(_: web.Request) -> web.Response:
-        listing = dialects.ollama_ps(p, True)["models"]
+        listing = introspect.ollama_ps(p, True)["models"]
         return web.json_response({"models": listing, "infer_top_simulated": True})
 
     async def version(_: web.Request) -> web.Response:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -410,58 +410,3 @@ class Scheduler:
             preemptions=seq.preemptions,
             detail=detail,
         )
-
-
-def simulate(profile: SimProfile, arrivals: Sequence[Arrival]) -> list[RequestTrace]:
-    """Open-loop simulation: every request's true schedule, in arrival order."""
-    sched = Scheduler(profile)
-    pending = sorted(arrivals, key=lambda a: a.at_s)
-    traces: dict[str, RequestTrace] = {}
-    i = 0
-    while i < len(pending) or sched.has_work():
-        start = sched.next_start()
-        if start == math.inf:
-            start = pending[i].at_s
-        while i < len(pending) and pending[i].at_s <= start:
-            refused = sched.add(pending[i])
-            if refused is not None:
-                traces[refused.request_id] = refused
-            i += 1
-        result = sched.step()
-        if result is not None:
-            for trace in (*result.finished, *result.failed):
-                traces[trace.request_id] = trace
-    return [traces[a.request_id] for a in arrivals]
-
-
-def simulate_closed_loop(
-    profile: SimProfile,
-    *,
-    concurrency: int,
-    requests: int,
-    prompt_tokens: int,
-    output_tokens: int,
-) -> list[RequestTrace]:
-    """``concurrency`` clients, each sending its next request the moment the last ends."""
-    sched = Scheduler(profile)
-    traces: list[RequestTrace] = []
-    sent = 0
-
-    def send(at_s: float) -> None:
-        nonlocal sent
-        refused = sched.add(Arrival(f"r{sent}", at_s, prompt_tokens, output_tokens))
-        sent += 1
-        if refused is not None:
-            traces.append(refused)
-
-    for _ in range(min(concurrency, requests)):
-        send(0.0)
-    while sched.has_work():
-        result = sched.step()
-        if result is None:
-            break
-        for trace in (*result.finished, *result.failed):
-            traces.append(trace)
-            if sent < requests:
-                send(trace.finished_s or result.end_s)
-    return traces
