@@ -13,11 +13,11 @@ from enum import StrEnum
 
 
 class ErrorKind(StrEnum):
-    CONNECT = "connect"           # no byte of the request reached the server
-    HTTP_STATUS = "http_status"   # non-2xx answer
+    CONNECT = "connect"  # no byte of the request reached the server
+    HTTP_STATUS = "http_status"  # non-2xx answer
     TIMEOUT = "timeout"
     BROKEN_STREAM = "broken_stream"  # the stream ended without [DONE] / finish
-    NO_CONTENT = "no_content"     # 2xx but no content chunk at all
+    NO_CONTENT = "no_content"  # 2xx but no content chunk at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,10 @@ class RequestRecord:
     error_message: str | None = None
     incomplete: bool = False
     """Stream ended early (e.g. cut by the run's deadline) but is not a failure."""
+    warmup: bool = False
+    """Sent during the level's warm-up: kept in the sink, left out of the summary."""
+    server_decode_tok_s: float | None = None
+    """The engine's own decode speed for this request (llama.cpp ``timings``), when sent."""
 
     @property
     def ok(self) -> bool:

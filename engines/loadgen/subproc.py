@@ -1,0 +1,116 @@
+"""Run a load test in a process of its own and stream its progress back.
+
+The TUI iterates ``run_load_in_subprocess(...)`` from its own event loop; the
+client, its sockets and its CPU use live in a ``spawn``-ed worker, so a busy
+load test never makes the interface stutter (and vice versa).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import queue as queue_mod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from engines.loadgen.events import ProgressEvent, RunFailed, RunFinished
+from engines.loadgen.profiles import LoadSpec
+from engines.loadgen.runner import Target, run_in_new_loop, run_load
+from engines.loadgen.sinks import FanoutSink, JsonlSink, RecordSink
+from engines.loadgen.workload import Workload
+
+_POLL_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSpec:
+    """Where the worker writes records (sinks are opened in the worker process)."""
+
+    jsonl_path: str | None = None
+    store_path: str | None = None
+
+
+def open_sinks(where: SinkSpec, *, run_label: str = "") -> RecordSink:
+    sinks: list[RecordSink] = []
+    if where.jsonl_path:
+        sinks.append(JsonlSink(where.jsonl_path))
+    if where.store_path:
+        from engines.loadgen.store_sink import StoreSink
+
+        sinks.append(StoreSink.open(where.store_path, label=run_label))
+    return FanoutSink(*sinks)
+
+
+def _worker(
+    spec: LoadSpec,
+    workload: Workload,
+    target: Target,
+    where: SinkSpec,
+    run_id: str | None,
+    events: Any,
+) -> None:
+    sink: RecordSink | None = None
+    try:
+        sink = open_sinks(where, run_label=target.model)
+        run_in_new_loop(run_load(spec, workload, target, sink, events.put, run_id=run_id))
+    except BaseException as exc:  # report everything: the parent only sees the queue
+        events.put(RunFailed(f"{type(exc).__name__}: {exc}"))
+    finally:
+        if sink is not None:
+            sink.close()
+        events.put(None)
+
+
+async def run_load_in_subprocess(
+    spec: LoadSpec,
+    workload: Workload,
+    target: Target,
+    where: SinkSpec | None = None,
+    *,
+    run_id: str | None = None,
+) -> AsyncIterator[ProgressEvent]:
+    """Yield the worker's progress events; the last is RunFinished or RunFailed.
+
+    Closing the iterator early (``aclose()`` / breaking out) stops the worker.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    proc = ctx.Process(
+        target=_worker,
+        args=(spec, workload, target, where or SinkSpec(), run_id, events),
+        name="infer-top-loadgen",
+        daemon=True,
+    )
+    proc.start()
+    ended = False
+    try:
+        while True:
+            event = await asyncio.to_thread(_next_event, events, proc)
+            if event is None:
+                ended = True
+                return
+            ended = isinstance(event, RunFinished | RunFailed)
+            yield event
+            if ended:
+                return
+    finally:
+        # A finished worker is still closing its sinks: let it; a dropped one is stopped.
+        await asyncio.to_thread(proc.join, 10.0 if ended else 0.0)
+        if proc.is_alive():
+            proc.terminate()
+            await asyncio.to_thread(proc.join, 5.0)
+
+
+def _next_event(events: Any, proc: Any) -> ProgressEvent | None:
+    while True:
+        try:
+            event: ProgressEvent | None = events.get(timeout=_POLL_S)
+        except queue_mod.Empty:
+            if proc.is_alive():
+                continue
+            try:  # it may have flushed its last events just before exiting
+                return events.get(timeout=_POLL_S)  # type: ignore[no-any-return]
+            except queue_mod.Empty:
+                return RunFailed(f"the load-test worker exited (code {proc.exitcode})")
+        return event

@@ -1,0 +1,117 @@
+"""What the load generator asks: synthetic, shared-prefix or ShareGPT prompts.
+
+No tokenizer is loaded (the client stays light and engine-agnostic), so a
+synthetic prompt of *L tokens* is L common short English words, each a single
+token in the usual BPE vocabularies.  The engine's ``usage.prompt_tokens`` in
+every record says what it really counted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Words that are one token (with their leading space) in Llama, GPT and Qwen vocabularies.
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her are be this which "
+    "or an had not but were they have one all their has been more who can there when "
+    "new first also time after other into two only over its most some would about than "
+    "city year state world many work part made where water used good long day house"
+).split()
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be built (bad numbers, unreadable dataset)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    input_len: int = 512
+    output_len: int = 128
+    range_ratio: float = 0.0
+    """Lengths are drawn uniformly from [L(1−r), L(1+r)] (vLLM's meaning)."""
+    shared_prefix_len: int = 0
+    """Tokens of one prefix put before every prompt (prefix-cache workloads)."""
+    dataset: str | None = None
+    """A ShareGPT-format JSON file; its first human turn is each prompt."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.input_len < 1 or self.output_len < 1:
+            raise WorkloadError("input_len and output_len must be at least 1")
+        if not 0.0 <= self.range_ratio < 1.0:
+            raise WorkloadError(f"range_ratio must be in [0, 1), got {self.range_ratio}")
+        if self.shared_prefix_len < 0:
+            raise WorkloadError("shared_prefix_len must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PromptItem:
+    prompt: str
+    input_len: int
+    """Intended prompt tokens (approximate: see the module note)."""
+    output_len: int
+
+
+def _span(length: int, ratio: float) -> tuple[int, int]:
+    return max(1, int(length * (1 - ratio))), max(1, int(length * (1 + ratio)))
+
+
+def load_sharegpt(path: str | Path) -> list[str]:
+    """The first human turn of each answered conversation in a ShareGPT JSON file.
+
+    Output lengths come from the workload (forced where the engine can), so the
+    recorded answers are not used.
+    """
+    try:
+        data: Any = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WorkloadError(f"cannot read ShareGPT dataset {path}: {exc}") from exc
+    if not isinstance(data, list):
+        raise WorkloadError(f"{path}: a ShareGPT file is a JSON list of conversations")
+    prompts: list[str] = []
+    for entry in data:
+        turns = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        first, second = turns[0], turns[1]
+        if not (isinstance(first, dict) and isinstance(second, dict)):
+            continue
+        question, answer = first.get("value"), second.get("value")
+        if isinstance(question, str) and question.strip() and isinstance(answer, str):
+            prompts.append(question)
+    if not prompts:
+        raise WorkloadError(f"{path}: no conversation with a human turn and an answer")
+    return prompts
+
+
+class PromptSource:
+    """Deterministic prompts by request number: the same seed gives the same run."""
+
+    def __init__(self, workload: Workload) -> None:
+        self._w = workload
+        self._dataset = load_sharegpt(workload.dataset) if workload.dataset else None
+        prefix_rng = random.Random(f"prefix-{workload.seed}")
+        self._prefix = " ".join(prefix_rng.choices(_WORDS, k=workload.shared_prefix_len))
+
+    def item(self, number: int) -> PromptItem:
+        w = self._w
+        rng = random.Random(f"{w.seed}-{number}")
+        out_lo, out_hi = _span(w.output_len, w.range_ratio)
+        if self._dataset is not None:
+            question = self._dataset[number % len(self._dataset)]
+            return PromptItem(
+                self._join(question), len(question.split()), rng.randint(out_lo, out_hi)
+            )
+        in_lo, in_hi = _span(w.input_len, w.range_ratio)
+        n_in = rng.randint(in_lo, in_hi)
+        # A unique head keeps prompts distinct so only the intended prefix is cacheable.
+        words = [f"{number}", *rng.choices(_WORDS, k=n_in - 1)]
+        text = " ".join(words)
+        return PromptItem(self._join(text), n_in + w.shared_prefix_len, rng.randint(out_lo, out_hi))
+
+    def _join(self, text: str) -> str:
+        return f"{self._prefix} {text}" if self._prefix else text

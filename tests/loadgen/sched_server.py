@@ -1,0 +1,219 @@
+"""A purpose-built OpenAI-compatible streaming server with a KNOWN schedule.
+
+Run as its own process (``python tests/loadgen/sched_server.py --port 0``); it
+prints ``PORT <n>`` when it listens.  It is plain HTTP/1.1 over asyncio
+protocols (no framework between the socket and the clock), so the times it
+logs are the times bytes arrived and left: ``recv`` is taken in
+``data_received`` and every chunk's time right after ``transport.write``.
+``GET /_truth`` returns that log.
+
+Each answer streams like a real llama-server: a role-only first chunk at once,
+content chunks at planned offsets (TTFT, then one every ITL), a finish chunk, a
+usage chunk with empty ``choices`` plus llama.cpp ``timings``, and ``[DONE]``.
+Request number n is the ``X-Request-Id`` suffix (the load generator sends
+``<run>-<level>-<n>``), so a retried request gets the same plan.
+
+``--faults mix``: n % 6 == 1 -> HTTP 500; 2 -> connection dropped after two
+content chunks; 3 -> stall after the role chunk; 4 -> connection closed before
+any response byte; 5 -> a finished stream without content.
+``--close-after-stream``: like llama-server, a kept-alive socket is dead after
+one streamed answer (a request reusing it is dropped without an answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import time
+from typing import Any
+
+PERF = time.perf_counter
+HEAD_END = b"\r\n\r\n"
+
+
+def _event(obj: dict[str, Any] | str) -> bytes:
+    data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+    payload = b"data: " + data.encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def _chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
+    obj: dict[str, Any] = {"id": "chatcmpl-sched", "object": "chat.completion.chunk"}
+    obj["choices"] = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    obj.update(extra)
+    return _event(obj)
+
+
+ROLE_CHUNK = _chunk({"role": "assistant", "content": None})
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+class Server:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.truth: dict[str, dict[str, Any]] = {}
+        self.reuse_drops = 0
+        self.auto = 0
+
+    def ttft_s(self, n: int) -> float:
+        a = self.args
+        return (a.ttft_ms + a.ttft_spread_ms * ((n * 37) % 101) / 100.0) / 1000.0
+
+
+class Conn(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.buf = b""
+        self.recv = 0.0
+        self.served = False
+        self.busy = False
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
+        self.timers: list[asyncio.TimerHandle] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in self.timers:
+            timer.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        if not self.buf:
+            self.recv = PERF()  # first byte of a request: the server's clock starts
+        self.buf += data
+        self._maybe_request()
+
+    def _maybe_request(self) -> None:
+        if self.busy or HEAD_END not in self.buf:
+            return
+        head, _, rest = self.buf.partition(HEAD_END)
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+        length = int(headers.get("content-length", "0"))
+        if len(rest) < length:
+            return
+        body, self.buf = rest[:length], rest[length:]
+        recv, self.recv = self.recv, PERF()
+        self.busy = True
+        if method == "GET" and path == "/_truth":
+            self._json(200, {"requests": self.server.truth, "reuse_drops": self.server.reuse_drops})
+            return
+        self._answer(recv, headers, body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        assert self.transport is not None
+        data = json.dumps(obj).encode()
+        self.transport.write(
+            b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, len(data), data)
+        )
+        self._done()
+
+    def _done(self) -> None:
+        self.busy = False
+        self.served = True
+        if self.buf:
+            self._maybe_request()
+
+    def _answer(self, recv: float, headers: dict[str, str], body: bytes) -> None:
+        srv, t = self.server, self.transport
+        assert t is not None
+        if srv.args.close_after_stream and self.served:
+            srv.reuse_drops += 1
+            t.abort()  # as llama-server: the kept-alive socket is already gone
+            return
+        req = json.loads(body)
+        rid = headers.get("x-request-id") or f"auto-{srv.auto}"
+        srv.auto += 1
+        tail = rid.rsplit("-", 1)[-1]
+        n = int(tail) if tail.isdigit() else 0
+        fault = n % 6 if srv.args.faults == "mix" else 0
+        entry: dict[str, Any] = {"recv": recv, "chunks": [], "fault": fault}
+        srv.truth[rid] = entry
+        if fault == 4:
+            t.abort()
+            return
+        if fault == 1:
+            self._json(500, {"error": {"message": "overloaded", "code": 500}})
+            return
+        t.write(STREAM_HEAD + ROLE_CHUNK)
+        entry["role_sent"] = PERF()
+        if fault == 3:
+            return  # stall: never another byte
+        tokens = 0 if fault == 5 else int(req.get("max_tokens", 16))
+        itl_s = srv.args.itl_ms / 1000.0
+        loop = asyncio.get_running_loop()
+        # Planned on the loop's clock (monotonic, like perf_counter) from receipt.
+        first_due = loop.time() - (PERF() - recv) + srv.ttft_s(n)
+        prompt_tokens = len(str(req.get("messages") or req.get("prompt")).split())
+        if tokens == 0:
+            self._finish(entry, 0, prompt_tokens, itl_s)
+            return
+        for i in range(tokens):
+            self.timers.append(
+                loop.call_at(first_due + i * itl_s, self._emit, entry, i, tokens, prompt_tokens)
+            )
+
+    def _emit(self, entry: dict[str, Any], i: int, tokens: int, prompt_tokens: int) -> None:
+        t = self.transport
+        assert t is not None
+        if t.is_closing():
+            return
+        t.write(_chunk({"content": f" t{i}"}))
+        entry["chunks"].append(PERF())
+        if entry["fault"] == 2 and i == 1:
+            t.abort()
+            return
+        if i == tokens - 1:
+            self.timers.clear()
+            self._finish(entry, tokens, prompt_tokens, self.server.args.itl_ms / 1000.0)
+
+    def _finish(self, entry: dict[str, Any], tokens: int, prompt_tokens: int, itl_s: float) -> None:
+        t = self.transport
+        assert t is not None
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}
+        timings = {"predicted_n": tokens, "predicted_per_second": 1.0 / itl_s if itl_s else 0.0}
+        t.write(
+            _chunk({}, "length") + _chunk(None, usage=usage, timings=timings)
+            + _event("[DONE]") + b"0\r\n\r\n"
+        )
+        entry["usage"] = usage
+        self._done()
+
+
+async def main(args: argparse.Namespace) -> None:
+    server = Server(args)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(lambda: Conn(server), sock=sock, backlog=8192)
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    async with srv:
+        await srv.serve_forever()
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ttft-ms", type=float, default=50.0)
+    p.add_argument("--ttft-spread-ms", type=float, default=100.0)
+    p.add_argument("--itl-ms", type=float, default=20.0)
+    p.add_argument("--faults", choices=["none", "mix"], default="none")
+    p.add_argument("--close-after-stream", action="store_true")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main(parse()))
+    else:
+        uvloop.run(main(parse()))
