@@ -170,7 +170,7 @@ class AgentEvent:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """A protocol dataclass as plain JSON-ready data (tuples become lists)."""
+    """A protocol dataclass as plain data ``json.dumps`` accepts."""
     from dataclasses import asdict
 
     result: dict[str, Any] = asdict(obj)
@@ -192,7 +192,7 @@ def _build(cls: type[Any], data: Any) -> Any:
         if f.name in one:
             value = _build(one[f.name], value)
         elif f.name in many:
-            if not isinstance(value, list):
+            if not isinstance(value, list | tuple):
                 raise ProtocolError(f"{cls.__name__}.{f.name}: expected a list")
             value = tuple(_build(many[f.name], v) for v in value)
         elif isinstance(value, list):

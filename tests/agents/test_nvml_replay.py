@@ -1,0 +1,131 @@
+"""The NVML collector on the recorded H200: values must match the recording.
+
+The stand-in is the pynvml-shaped ReplayNvml only; NvmlCollector and its query
+wrapper are the code that runs on a real GPU (see the gpu-marked test)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.collectors.nvml import NVML_CLOCKS_EVENT_SW_POWER_CAP, NvmlCollector
+from agents.collectors.replay import ReplayNvml
+from agents.config import bundled_trace
+
+
+class StepClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def trace(fixtures_dir: Path) -> dict:
+    return json.loads((fixtures_dir / "nvml" / "h200-trace.json").read_text())
+
+
+def replay(fixtures_dir: Path, gpus: int = 1) -> tuple[NvmlCollector, ReplayNvml, StepClock]:
+    clock = StepClock()
+    fake = ReplayNvml(fixtures_dir / "nvml" / "h200-trace.json", gpus=gpus, clock=clock)
+    collector = NvmlCollector(fake, simulated=True)
+    return collector, fake, clock
+
+
+def test_every_recorded_sample_becomes_a_matching_frame(fixtures_dir: Path, trace: dict) -> None:
+    collector, fake, clock = replay(fixtures_dir)
+    infos = collector.open()
+    assert infos[0].name == "NVIDIA H200"
+    assert infos[0].mem_total_bytes == trace["static"]["memory_info"]["total"]
+    assert infos[0].power_limit_w == 700.0
+    for i, rec in enumerate(trace["trace"]):
+        clock.now = (i + 0.5) * fake.period_s
+        (gpu,) = collector.sample()
+        assert gpu.power_w == pytest.approx(rec["power_mw"] / 1000)
+        assert gpu.mem_used_bytes == rec["mem"]["used"]
+        assert gpu.mem_total_bytes == rec["mem"]["total"]
+        assert gpu.energy_j == pytest.approx(rec["energy_mj"] / 1000)
+        assert gpu.temp_c == rec["temp_c"]
+        assert gpu.sm_clock_mhz == rec["sm_mhz"]
+        assert gpu.mem_clock_mhz == rec["mem_mhz"]
+        assert gpu.util_pct == rec["util"]["gpu"]
+        assert gpu.throttle_reasons == rec["throttle"]
+
+
+def test_power_capped_phase_sets_throttle_bit_4(fixtures_dir: Path, trace: dict) -> None:
+    collector, fake, clock = replay(fixtures_dir)
+    collector.open()
+    capped = idle_capped = 0
+    matmul = 0
+    for i, rec in enumerate(trace["trace"]):
+        clock.now = (i + 0.5) * fake.period_s
+        (gpu,) = collector.sample()
+        assert gpu.throttle_reasons is not None
+        bit = bool(gpu.throttle_reasons & NVML_CLOCKS_EVENT_SW_POWER_CAP)
+        if rec["phase"] == "matmul_bf16":
+            matmul += 1
+            capped += bit
+        elif rec["phase"] == "idle":
+            idle_capped += bit
+    assert NVML_CLOCKS_EVENT_SW_POWER_CAP == 0x4
+    assert capped > 0.9 * matmul  # the 700 W cap holds through nearly all of the matmul
+    assert idle_capped == 0
+
+
+def test_unsupported_calls_are_disabled_at_start_and_read_as_none(fixtures_dir: Path) -> None:
+    collector, _, _ = replay(fixtures_dir)
+    collector.open()
+    # The H200 answers NotSupported for the fan: found once, never asked again.
+    assert ("nvmlDeviceGetFanSpeed", 0) in collector.query.disabled
+    (gpu,) = collector.sample()
+    assert gpu.fan_pct is None
+    assert gpu.power_w is not None
+
+
+def test_pcie_is_read_off_the_hot_path_in_bytes(fixtures_dir: Path, trace: dict) -> None:
+    collector, _, _ = replay(fixtures_dir)
+    collector.open()
+    (gpu,) = collector.sample()
+    assert gpu.pcie_tx_bytes_s == trace["static"]["pcie_tx_kbs"] * 1024
+    assert gpu.pcie_rx_bytes_s == trace["static"]["pcie_rx_kbs"] * 1024
+
+
+def test_energy_counter_keeps_rising_when_the_replay_loops(fixtures_dir: Path) -> None:
+    collector, fake, clock = replay(fixtures_dir, gpus=2)
+    collector.open()
+    last = [0.0, 0.0]
+    for step in range(0, 3 * len(fake.trace), 7):
+        clock.now = (step + 0.5) * fake.period_s
+        for gpu in collector.sample():
+            assert gpu.energy_j is not None and gpu.energy_j >= last[gpu.index]
+            last[gpu.index] = gpu.energy_j
+
+
+def test_replayed_gpus_are_distinct_devices(fixtures_dir: Path) -> None:
+    collector, _, _ = replay(fixtures_dir, gpus=8)
+    infos = collector.open()
+    assert len({i.uuid for i in infos}) == 8
+
+
+def test_bundled_trace_is_the_fixture(fixtures_dir: Path) -> None:
+    assert bundled_trace().read_bytes() == (fixtures_dir / "nvml" / "h200-trace.json").read_bytes()
+
+
+@pytest.mark.gpu
+def test_real_gpu_through_the_same_wrapper() -> None:
+    collector = NvmlCollector()
+    infos = collector.open()
+    try:
+        assert infos
+        samples = collector.sample()
+        for gpu, info in zip(samples, infos, strict=True):
+            assert gpu.mem_total_bytes and gpu.mem_used_bytes is not None
+            assert gpu.mem_used_bytes <= gpu.mem_total_bytes
+            assert gpu.power_w is None or 1 < gpu.power_w < 2000
+            assert gpu.temp_c is None or 0 < gpu.temp_c < 120
+            assert gpu.name == info.name
+    finally:
+        collector.close()
