@@ -218,7 +218,7 @@ async def start_sim(
     await runner.setup()
     sock = _reserve(host, port)
     running = RunningSim(sim, host, sock.getsockname()[1], runner, sock)
-    site = web.SockSite(runner, sock, shutdown_timeout=1.0)
+    site = web.SockSite(runner, sock)
 
     def on_crash() -> None:
         asyncio.get_running_loop().create_task(site.stop())

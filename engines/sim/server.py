@@ -203,6 +203,14 @@ class SimServer:
         p = self.profile
         if req.model and req.model != p.model and p.kind in STRICT_MODEL_NAME:
             return self._json_error(f"The model `{req.model}` does not exist.", 404)
+        n_prompt = len(req.prompt_tokens)
+        if req.max_tokens is not None and n_prompt + req.max_tokens > p.max_model_len:
+            return self._json_error(
+                f"This model's maximum context length is {p.max_model_len} tokens. However, you "
+                f"requested {n_prompt + req.max_tokens} tokens ({n_prompt} in the messages, "
+                f"{req.max_tokens} in the completion).",
+                400,
+            )
         index = self._count
         self._count += 1
         if self.faults.crash_after is not None and index >= self.faults.crash_after:
