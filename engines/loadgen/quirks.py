@@ -1,8 +1,8 @@
-"""The few engine facts the load generator needs, in ONE place.
+"""The few engine facts the load generator needs, taken from ``engines.catalog``.
 
-``engines.catalog`` is the source of truth when present (``get_spec(kind)``
-with ``exact_length_fields(n)`` and ``usage_in_stream``); the table below is
-the fallback so the load generator works without it.
+Length forcing and usage-in-stream come from the catalog's ``EngineSpec``; a
+kind the catalog does not know (``openai``: any other OpenAI-compatible
+server) is driven generically and gets the "cannot force length" warning.
 """
 
 from __future__ import annotations
@@ -11,34 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engines.catalog import get_spec
+
 LengthFields = Callable[[int], dict[str, Any] | None]
+GENERIC_KIND = "openai"
 
-
-def _ignore_eos(n: int) -> dict[str, Any]:
-    return {"ignore_eos": True}
-
-
-def _ignore_eos_min_tokens(n: int) -> dict[str, Any]:
-    return {"ignore_eos": True, "min_tokens": n}
+# llama-server closes the socket after every streamed answer (DESIGN.md, client
+# pitfalls); a pooled connection would fail on reuse, so it gets fresh ones.
+_CLOSES_AFTER_STREAM = frozenset({"llamacpp"})
 
 
 def _cannot(n: int) -> None:
     return None
-
-
-# kind -> (how to force exactly n output tokens, sends usage in streams)
-_FALLBACK: dict[str, tuple[LengthFields, bool]] = {
-    "vllm": (_ignore_eos_min_tokens, True),
-    "sglang": (_ignore_eos_min_tokens, True),
-    "trtllm": (_ignore_eos, True),
-    "lmdeploy": (_ignore_eos_min_tokens, True),
-    "llamacpp": (_ignore_eos, True),
-    "tgi": (_cannot, True),
-    "ollama": (_cannot, True),
-    "openai": (_cannot, True),
-}
-# llama-server closes the socket after every streamed answer (DESIGN.md, client pitfalls).
-_CLOSES_AFTER_STREAM = frozenset({"llamacpp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,28 +48,14 @@ class LoadQuirks:
 def quirks_for(kind: str) -> LoadQuirks:
     kind = kind.lower()
     reuse = kind not in _CLOSES_AFTER_STREAM
-    spec = _catalog_spec(kind)
-    if spec is not None:
-        return LoadQuirks(
-            kind, spec.exact_length_fields, bool(getattr(spec, "usage_in_stream", True)), reuse
-        )
-    fields, usage = _FALLBACK.get(kind, (_cannot, True))
-    return LoadQuirks(kind, fields, usage, reuse)
+    try:
+        spec = get_spec(kind)
+    except KeyError:
+        return LoadQuirks(kind, _cannot, True, reuse)
+    return LoadQuirks(kind, spec.exact_length_fields, spec.usage_in_stream, reuse)
 
 
 def known_kinds() -> tuple[str, ...]:
-    return tuple(_FALLBACK)
+    from engines.catalog import EngineKind
 
-
-def _catalog_spec(kind: str) -> Any | None:
-    try:
-        from engines import catalog  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    get_spec = getattr(catalog, "get_spec", None)
-    if get_spec is None:
-        return None
-    try:
-        return get_spec(kind)
-    except (KeyError, ValueError, LookupError):
-        return None
+    return (*(k.value for k in EngineKind), GENERIC_KIND)

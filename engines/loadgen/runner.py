@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, TypeVar
 
+# A module import (not names): engines.openai_stream imports this package's
+# records, so either side may be imported first.
+from engines import openai_stream
 from engines.loadgen.events import (
     LevelFinished,
     LevelProgress,
@@ -31,10 +34,6 @@ from engines.loadgen.records import LevelSummary, RequestRecord
 from engines.loadgen.sinks import RecordSink
 from engines.loadgen.stats import quantile, summarise_level
 from engines.loadgen.workload import PromptSource, Workload
-
-# A module import (not names): engines.openai_stream imports this package's
-# records, so either side may be imported first.
-from engines import openai_stream
 
 PROGRESS_INTERVAL_S = 0.5
 LIVE_RATE_WINDOW_S = 5.0
@@ -71,6 +70,10 @@ class RunClock:
         return self.wall0 + (perf - self.perf0)
 
 
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
 def run_in_new_loop(coro: Coroutine[Any, Any, T]) -> T:
     """Run on uvloop when installed (lower per-chunk overhead), else asyncio."""
     try:
@@ -92,7 +95,7 @@ async def run_load(
 ) -> RunResult:
     """Run every level of ``spec`` in turn; the caller closes ``sink``."""
     emit = on_progress or (lambda _event: None)
-    run_id = run_id or uuid.uuid4().hex[:12]
+    run_id = run_id or new_run_id()
     quirks = quirks_for(target.engine_kind)
     warnings = tuple(w for w in (quirks.length_warning(),) if w)
     prompts = PromptSource(workload)  # a bad dataset fails here, before any request

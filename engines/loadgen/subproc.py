@@ -8,6 +8,8 @@ load test never makes the interface stutter (and vice versa).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import multiprocessing
 import queue as queue_mod
 from collections.abc import AsyncIterator
@@ -16,8 +18,9 @@ from typing import Any
 
 from engines.loadgen.events import ProgressEvent, RunFailed, RunFinished
 from engines.loadgen.profiles import LoadSpec
-from engines.loadgen.runner import Target, run_in_new_loop, run_load
+from engines.loadgen.runner import Target, new_run_id, run_in_new_loop, run_load
 from engines.loadgen.sinks import FanoutSink, JsonlSink, RecordSink
+from engines.loadgen.store_sink import StoreSink
 from engines.loadgen.workload import Workload
 
 _POLL_S = 0.25
@@ -28,18 +31,37 @@ class SinkSpec:
     """Where the worker writes records (sinks are opened in the worker process)."""
 
     jsonl_path: str | None = None
+    save_to_store: bool = False
     store_path: str | None = None
+    """None: the store's default path (``$INFER_TOP_DB`` or the XDG data dir)."""
+    run_name: str | None = None
 
 
-def open_sinks(where: SinkSpec, *, run_label: str = "") -> RecordSink:
+def open_sinks(
+    where: SinkSpec, run_id: str, spec: LoadSpec, workload: Workload, target: Target
+) -> tuple[FanoutSink, StoreSink | None]:
+    """The sinks ``where`` asks for, and the store sink among them (to mark its status)."""
     sinks: list[RecordSink] = []
     if where.jsonl_path:
         sinks.append(JsonlSink(where.jsonl_path))
-    if where.store_path:
-        from engines.loadgen.store_sink import StoreSink
+    store_sink = None
+    if where.save_to_store:
+        store_sink = StoreSink.open(
+            where.store_path,
+            run_id=run_id,
+            name=where.run_name or f"{target.engine_kind} {target.model}",
+            engine_kind=target.engine_kind,
+            profile=plain(spec),
+            workload=plain(workload),
+        )
+        sinks.append(store_sink)
+    return FanoutSink(*sinks), store_sink
 
-        sinks.append(StoreSink.open(where.store_path, label=run_label))
-    return FanoutSink(*sinks)
+
+def plain(value: Any) -> dict[str, Any]:
+    """A frozen dataclass as JSON-ready data (enums as their values)."""
+    data: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(value), default=str))
+    return data
 
 
 def _worker(
@@ -47,14 +69,17 @@ def _worker(
     workload: Workload,
     target: Target,
     where: SinkSpec,
-    run_id: str | None,
+    run_id: str,
     events: Any,
 ) -> None:
     sink: RecordSink | None = None
+    store_sink: StoreSink | None = None
     try:
-        sink = open_sinks(where, run_label=target.model)
+        sink, store_sink = open_sinks(where, run_id, spec, workload, target)
         run_in_new_loop(run_load(spec, workload, target, sink, events.put, run_id=run_id))
     except BaseException as exc:  # report everything: the parent only sees the queue
+        if store_sink is not None:
+            store_sink.status = "failed"
         events.put(RunFailed(f"{type(exc).__name__}: {exc}"))
     finally:
         if sink is not None:
@@ -78,7 +103,7 @@ async def run_load_in_subprocess(
     events = ctx.Queue()
     proc = ctx.Process(
         target=_worker,
-        args=(spec, workload, target, where or SinkSpec(), run_id, events),
+        args=(spec, workload, target, where or SinkSpec(), run_id or new_run_id(), events),
         name="infer-top-loadgen",
         daemon=True,
     )
