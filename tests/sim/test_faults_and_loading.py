@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import aiohttp
@@ -134,7 +135,7 @@ async def test_stall_pauses_the_stream(sim_factory: StartSim) -> None:
         async for line in r.content:
             if line.startswith(b"data: {") and json.loads(line[6:])["choices"]:
                 times.append(loop.time())
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert max(gaps) >= 0.45
     [trace] = sim.ground_truth()
     assert trace.outcome is Outcome.OK and "stalled" in trace.detail
