@@ -3,12 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("tui", help="open the TUI (the default when no command is given)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config file (default: $XDG_CONFIG_HOME/infer-top/config.toml)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise SystemExit("infer-top: the TUI is not built yet")
+    from tui.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"infer-top: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_main(config))
+
+
+async def _main(config: object) -> int:
+    from tui.app import create_app
+    from tui.wiring import build_services
+
+    async with build_services(config) as services:  # type: ignore[arg-type]
+        app = create_app(config, services=services)  # type: ignore[arg-type]
+        await app.run_async()
+    return int(app.return_code or 0)

@@ -1,0 +1,198 @@
+"""The infer-top Textual app and its one factory, shared by the CLI and the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, ClassVar
+
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from agents.protocol import TelemetryFrame
+from tui.config import Config
+from tui.messages import FleetChanged, RunsChanged, StartupProgress
+from tui.model import FleetModel
+from tui.palette import ScreenCommands
+from tui.screens.compare import CompareScreen
+from tui.screens.engine import EngineScreen
+from tui.screens.fleet import FleetScreen
+from tui.screens.help import HelpScreen
+from tui.screens.history import HistoryScreen
+from tui.screens.load import LoadScreen
+from tui.screens.node import NodeScreen
+from tui.services import NodeHandle, Services, describe_error
+
+SCREENS_BY_KEY: tuple[tuple[str, str, str], ...] = (
+    ("1", "fleet", "Fleet"),
+    ("2", "node", "Node"),
+    ("3", "engines", "Engines"),
+    ("4", "load", "Load test"),
+    ("5", "compare", "Compare"),
+    ("6", "history", "History"),
+)
+
+
+class InferTopApp(App[int]):
+    TITLE = "infer-top"
+    CSS_PATH = "infer_top.tcss"
+    MODES: ClassVar[dict[str, Any]] = {
+        "fleet": FleetScreen,
+        "node": NodeScreen,
+        "engines": EngineScreen,
+        "load": LoadScreen,
+        "compare": CompareScreen,
+        "history": HistoryScreen,
+    }
+    COMMANDS = App.COMMANDS | {ScreenCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *(
+            Binding(key, f"switch_mode('{mode}')", title, key_display=key)
+            for key, mode, title in SCREENS_BY_KEY
+        ),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit", "Quit"),
+        Binding("colon", "command_palette", "Commands", key_display=":", show=False),
+    ]
+
+    def __init__(self, config: Config, services: Services) -> None:
+        super().__init__()
+        self.config = config
+        self.services = services
+        self.model = FleetModel((n.name, n.url) for n in services.nodes)
+        self.selected_node: str | None = services.nodes[0].name if services.nodes else None
+        self._fleet_pending = False
+        self._last_refresh = 0.0
+        self._refresh_timer: Any = None
+        if services.load_runner is not None:
+            # The load generator's spawned process needs multiprocessing's resource
+            # tracker, which passes on sys.stderr's fd: start it now, while stderr is
+            # still the terminal (inside the app it is Textual's capture, fd -1).
+            from multiprocessing import resource_tracker
+
+            resource_tracker.ensure_running()
+
+    # -- start-up -------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        await self.switch_mode("fleet")
+        for node in self.services.nodes:
+            if node.client is None:
+                self.model.mark_error(node.name, node.error or "no client", None)
+            elif self.services.stream_telemetry:
+                self.run_worker(
+                    self._follow_node(node),
+                    name=f"telemetry:{node.name}",
+                    group="telemetry",
+                    exit_on_error=False,
+                )
+        if self.services.on_start is not None:
+            self.run_worker(
+                self._startup(self.services.on_start), name="startup", exit_on_error=False
+            )
+        self._notify_fleet()
+
+    async def _startup(self, work: Any) -> None:
+        loop_thread = threading.get_ident()
+
+        def report(text: str, fraction: float | None, done: bool = False) -> None:
+            message = StartupProgress(text, fraction, done)
+            if threading.get_ident() == loop_thread:
+                self.post_message(message)
+            else:  # start-up work may run in a thread (asyncio.to_thread)
+                self.call_from_thread(self.post_message, message)
+
+        try:
+            await work(report)
+        except Exception as exc:  # shown, never fatal: the live screens still work
+            report(f"start-up work failed: {describe_error(exc)}", None, True)
+            self.notify(f"start-up work failed: {describe_error(exc)}", severity="error")
+
+    async def _follow_node(self, node: NodeHandle) -> None:
+        """Stream one node's frames forever; on any failure show it and retry with back-off."""
+        assert node.client is not None
+        failures = 0
+        last_seq: int | None = None
+        while True:
+            try:
+                async for frame in node.client.stream(since_seq=last_seq, reconnect=False):
+                    if not isinstance(frame, TelemetryFrame):
+                        raise TypeError(f"agent sent {type(frame).__name__}, not a frame")
+                    self.model.ingest(node.name, frame, self.services.clock())
+                    last_seq = frame.seq
+                    failures = 0
+                    self._notify_fleet()
+                raise ConnectionError("the agent closed the telemetry stream")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a dead or garbled agent must never end the app
+                failures += 1
+                delay = self.services.backoff.delay(failures)
+                self.model.mark_error(node.name, describe_error(exc), delay)
+                self._notify_fleet()
+                await asyncio.sleep(delay)
+
+    # -- telemetry coalescing ---------------------------------------------------
+
+    def ingest(self, node: str, frame: TelemetryFrame) -> None:
+        """Feed one frame (the workers' path; tests and the benchmark call it too)."""
+        self.model.ingest(node, frame, self.services.clock())
+        self._notify_fleet()
+
+    def _notify_fleet(self) -> None:
+        if not self._fleet_pending:
+            self._fleet_pending = True
+            self.post_message(FleetChanged())
+
+    def on_fleet_changed(self, message: FleetChanged) -> None:
+        self._fleet_pending = False
+        # Redraw at most every refresh_s: frames arriving in between are folded
+        # into the model and shown by the next redraw, never queued.
+        now = asyncio.get_running_loop().time()
+        wait = self.config.refresh_s - (now - self._last_refresh)
+        if wait > 0:
+            if self._refresh_timer is None:
+                self._refresh_timer = self.set_timer(wait, self._redraw)
+            return
+        self._redraw()
+
+    def _redraw(self) -> None:
+        self._refresh_timer = None
+        self._last_refresh = asyncio.get_running_loop().time()
+        refresh = getattr(self.screen, "refresh_fleet", None)
+        if refresh is not None:
+            refresh()
+
+    # -- cross-screen messages -----------------------------------------------------
+
+    def on_runs_changed(self, message: RunsChanged) -> None:
+        for mode in ("compare", "history"):
+            screen = self._screen_for_mode(mode)
+            if screen is not None:
+                screen.post_message(RunsChanged())
+
+    def on_startup_progress(self, message: StartupProgress) -> None:
+        for mode, _ in self.MODES.items():
+            screen = self._screen_for_mode(mode)
+            handler = getattr(screen, "show_startup", None)
+            if handler is not None:
+                handler(message)
+        if message.done:
+            self.post_message(RunsChanged())
+
+    def _screen_for_mode(self, mode: str) -> Any:
+        stack = self._screen_stacks.get(mode)
+        return stack[0] if stack else None
+
+    def open_node(self, name: str) -> None:
+        self.selected_node = name
+        self.call_later(self.switch_mode, "node")
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+
+def create_app(config: Config, *, services: Services) -> InferTopApp:
+    """The one way to build the app: the CLI, the demo and every test call this."""
+    return InferTopApp(config, services)

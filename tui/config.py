@@ -1,0 +1,143 @@
+"""The operator's configuration: which nodes to watch and where runs are kept.
+
+TOML at ``$XDG_CONFIG_HOME/infer-top/config.toml`` (``INFER_TOP_CONFIG`` names
+another file; ``INFER_TOP_DB`` another database)::
+
+    [[nodes]]
+    name = "h100-a"
+    url = "https://10.0.0.5:7070"
+    token_file = "~/.config/infer-top/h100-a.token"
+
+With no file (or no ``[[nodes]]``) the TUI starts an embedded agent on this
+machine, so the first run shows something real.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+
+class ConfigError(ValueError):
+    """A configuration infer-top refuses to start with (the message says why)."""
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("INFER_TOP_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "infer-top" / "config.toml"
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "infer-top"
+
+
+def default_db_path() -> Path:
+    explicit = os.environ.get("INFER_TOP_DB")
+    return Path(explicit).expanduser() if explicit else data_dir() / "infer-top.db"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    name: str
+    url: str
+    token_file: Path | None = None
+
+    def read_token(self) -> str:
+        """The node's bearer token; refuses a token file others can read (like ssh)."""
+        if self.token_file is None:
+            raise ConfigError(f"node {self.name!r}: no token_file")
+        try:
+            mode = self.token_file.stat().st_mode
+            text = self.token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"node {self.name!r}: cannot read token file {self.token_file}: {exc.strerror}"
+            ) from exc
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(
+                f"node {self.name!r}: token file {self.token_file} is readable by others; "
+                f"run: chmod 600 {self.token_file}"
+            )
+        if not text:
+            raise ConfigError(f"node {self.name!r}: token file {self.token_file} is empty")
+        return text.splitlines()[0].strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    nodes: tuple[NodeConfig, ...] = ()
+    db_path: Path = field(default_factory=default_db_path)
+    refresh_s: float = 0.2
+    """Slowest the screen lags the newest frame (frames are coalesced in between)."""
+    source: Path | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """No node configured: serve this machine with an embedded agent."""
+        return not self.nodes
+
+
+def _node(raw: object, index: int, base: Path) -> NodeConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[[nodes]] entry {index + 1} is not a table")
+    name, url, token = raw.get("name"), raw.get("url"), raw.get("token_file")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"[[nodes]] entry {index + 1}: 'name' must be a non-empty string")
+    if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
+        raise ConfigError(f"node {name!r}: 'url' must be an http:// or https:// URL, got {url!r}")
+    if not urlparse(url).hostname:
+        raise ConfigError(f"node {name!r}: 'url' {url!r} has no host")
+    token_path: Path | None = None
+    if token is not None:
+        if not isinstance(token, str):
+            raise ConfigError(f"node {name!r}: 'token_file' must be a path string")
+        token_path = Path(token).expanduser()
+        if not token_path.is_absolute():
+            token_path = base / token_path
+    return NodeConfig(name=name.strip(), url=url.rstrip("/"), token_file=token_path)
+
+
+def parse_config(text: str, *, source: Path | None = None) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        where = source or "config"
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from exc
+    base = source.parent if source else Path.cwd()
+    raw_nodes = data.get("nodes", [])
+    if not isinstance(raw_nodes, list):
+        raise ConfigError("'nodes' must be an array of tables: [[nodes]]")
+    nodes = tuple(_node(raw, i, base) for i, raw in enumerate(raw_nodes))
+    names = [n.name for n in nodes]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"node names must be unique; repeated: {', '.join(dupes)}")
+    ui = data.get("ui", {})
+    refresh_s = float(ui.get("refresh_s", 0.2)) if isinstance(ui, dict) else 0.2
+    if not 0.02 <= refresh_s <= 5:
+        raise ConfigError(f"ui.refresh_s {refresh_s} out of range 0.02-5 s")
+    db = os.environ.get("INFER_TOP_DB") or data.get("store", {}).get("path")
+    db_path = Path(db).expanduser() if db else default_db_path()
+    return Config(nodes=nodes, db_path=db_path, refresh_s=refresh_s, source=source)
+
+
+def load_config(path: Path | None = None) -> Config:
+    """The config at ``path`` (default: XDG / ``INFER_TOP_CONFIG``); empty when absent."""
+    target = path or config_path()
+    if not target.exists():
+        if path is not None or os.environ.get("INFER_TOP_CONFIG"):
+            raise ConfigError(f"config file {target} does not exist")
+        return Config()
+    try:
+        text = target.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {target}: {exc.strerror}") from exc
+    return parse_config(text, source=target)

@@ -1,0 +1,156 @@
+"""What the TUI knows about the fleet, free of Textual.
+
+Workers feed frames and errors in; screens read the latest frame per node and
+short histories for sparklines and charts.  Only the newest frame per node is
+kept (older ones are folded into the histories), so a slow terminal never has a
+queue of stale frames to work through.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from agents.protocol import EngineTelemetry, GpuSample, TelemetryFrame
+
+HISTORY_POINTS = 600
+"""Ten minutes at 1 Hz: the Node screen's charts span this."""
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+
+
+class NodeStatus(StrEnum):
+    CONNECTING = "connecting"
+    OK = "ok"
+    ERROR = "error"
+
+
+@dataclass(slots=True)
+class GpuHistory:
+    ts: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    util_pct: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    mem_pct: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    power_w: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    temp_c: deque[float | None] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+
+    def add(self, ts: float, gpu: GpuSample) -> None:
+        self.ts.append(ts)
+        self.util_pct.append(gpu.util_pct)
+        self.mem_pct.append(mem_pct(gpu))
+        self.power_w.append(gpu.power_w)
+        self.temp_c.append(gpu.temp_c)
+
+
+@dataclass(slots=True)
+class NodeState:
+    name: str
+    url: str = ""
+    status: NodeStatus = NodeStatus.CONNECTING
+    error: str | None = None
+    frame: TelemetryFrame | None = None
+    last_frame_at: float | None = None
+    """Local clock when the newest frame arrived (not the node's own clock)."""
+    retry_in_s: float | None = None
+    failures: int = 0
+    gpu_history: dict[int, GpuHistory] = field(default_factory=dict)
+    engine_tok_s: dict[str, deque[float | None]] = field(default_factory=dict)
+
+    @property
+    def engines(self) -> tuple[EngineTelemetry, ...]:
+        return self.frame.engines if self.frame else ()
+
+
+class FleetModel:
+    """Latest frame and history per node; every mutation bumps ``version``."""
+
+    def __init__(self, names: Iterable[tuple[str, str]] = ()) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self.version = 0
+        for name, url in names:
+            self.add_node(name, url)
+
+    def add_node(self, name: str, url: str = "") -> NodeState:
+        state = self.nodes.get(name)
+        if state is None:
+            state = self.nodes[name] = NodeState(name=name, url=url)
+            self.version += 1
+        return state
+
+    def ingest(self, name: str, frame: TelemetryFrame, received_at: float) -> None:
+        node = self.add_node(name)
+        previous = node.frame
+        if previous is not None and frame.seq <= previous.seq and frame.ts <= previous.ts:
+            return  # a replayed or duplicated frame after a reconnect
+        node.frame = frame
+        node.last_frame_at = received_at
+        node.status = NodeStatus.OK
+        node.error = None
+        node.retry_in_s = None
+        node.failures = 0
+        for gpu in frame.gpus:
+            node.gpu_history.setdefault(gpu.index, GpuHistory()).add(frame.ts, gpu)
+        for eng in frame.engines:
+            hist = node.engine_tok_s.setdefault(eng.id, deque(maxlen=HISTORY_POINTS))
+            hist.append(eng.generation_tok_s)
+        self.version += 1
+
+    def mark_error(self, name: str, message: str, retry_in_s: float | None) -> None:
+        node = self.add_node(name)
+        node.status = NodeStatus.ERROR
+        node.error = message
+        node.retry_in_s = retry_in_s
+        node.failures += 1
+        self.version += 1
+
+    def engines(self) -> list[tuple[str, EngineTelemetry]]:
+        return [(n.name, e) for n in self.nodes.values() for e in n.engines]
+
+
+def mem_pct(gpu: GpuSample) -> float | None:
+    if gpu.mem_used_bytes is None or not gpu.mem_total_bytes:
+        return None
+    return 100.0 * gpu.mem_used_bytes / gpu.mem_total_bytes
+
+
+def sparkline(
+    values: Iterable[float | None], width: int, lo: float = 0.0, hi: float | None = None
+) -> str:
+    """The last ``width`` values as block characters; a gap (n/a) is a space."""
+    tail = list(values)[-width:]
+    known = [v for v in tail if v is not None]
+    if not known:
+        return " " * len(tail)
+    top = hi if hi is not None else max(known)
+    span = (top - lo) or 1.0
+    out = []
+    for v in tail:
+        if v is None:
+            out.append(" ")
+            continue
+        level = int((min(max(v, lo), top) - lo) / span * (len(SPARK_CHARS) - 1) + 0.5)
+        out.append(SPARK_CHARS[level])
+    return "".join(out)
+
+
+def gauge(fraction: float | None, width: int = 10) -> str:
+    """A text bar for a 0-1 fraction; "n/a" when unknown (never an empty bar)."""
+    if fraction is None:
+        return "n/a".ljust(width + 5)
+    f = min(max(fraction, 0.0), 1.0)
+    filled = int(f * width + 0.5)
+    return "█" * filled + "░" * (width - filled) + f" {f * 100:3.0f}%"
+
+
+def fmt(value: float | None, unit: str = "", digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    gib = value / 2**30
+    return f"{gib:,.1f}G"

@@ -1,0 +1,40 @@
+"""Command-palette entries (``:`` or ctrl+p): go to a screen, open a node."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+SCREEN_TITLES: tuple[tuple[str, str], ...] = (
+    ("fleet", "Fleet: every node, GPU and engine"),
+    ("node", "Node: charts, engines and logs of one node"),
+    ("engines", "Engines: start, stop, swap"),
+    ("load", "Load test: run a profile against an engine"),
+    ("compare", "Compare: runs side by side, export"),
+    ("history", "History: stored runs"),
+)
+
+
+class ScreenCommands(Provider):
+    def _commands(self) -> list[tuple[str, Any, str]]:
+        app: Any = self.app
+        out: list[tuple[str, Any, str]] = [
+            (f"Go to {title}", partial(app.switch_mode, mode), f"screen {mode}")
+            for mode, title in SCREEN_TITLES
+        ]
+        for name in getattr(app, "model", None).nodes if hasattr(app, "model") else ():
+            out.append((f"Open node {name}", partial(app.open_node, name), "node"))
+        return out
+
+    async def discover(self) -> Hits:
+        for text, command, help_text in self._commands():
+            yield DiscoveryHit(text, command, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for text, command, help_text in self._commands():
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), command, help=help_text)

@@ -1,0 +1,164 @@
+"""Compare: pick runs, see them side by side (table and curves), export."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, SelectionList, Static
+from textual.widgets.selection_list import Selection
+from textual_plotext import PlotextPlot
+
+from tui.compare_view import comparison_curves, comparison_table, run_label
+from tui.exporting import export_comparison
+from tui.messages import RunsChanged, StartupProgress
+from tui.screens.base import BaseScreen
+from tui.services import describe_error
+
+
+def default_pick(runs: list[Any], limit: int = 6) -> list[str]:
+    """The newest finished run of each engine kind: a useful first comparison."""
+    picked: dict[str, str] = {}
+    for r in runs:  # newest first
+        kind = r.engine_kind or "?"
+        if r.status == "completed" and kind not in picked and r.level_count:
+            picked[kind] = r.run_id
+    return list(picked.values())[:limit]
+
+
+class CompareScreen(BaseScreen):
+    MODE = "compare"
+    AUTO_FOCUS = "#pick"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("m", "export('md')", "Export md"),
+        Binding("c", "export('csv')", "Export csv"),
+        Binding("j", "export('json')", "Export json"),
+    ]
+
+    def body(self) -> ComposeResult:
+        yield Static("", id="startup", classes="hidden")
+        yield Static("Comparison", classes="section", id="compare-title")
+        yield DataTable(id="compare-table", cursor_type="row")
+        with Horizontal(id="compare-lower"):
+            with Vertical(id="compare-pick"):
+                yield Static("Runs (space picks)", classes="section")
+                yield SelectionList[str](id="pick", compact=True)
+            yield PlotextPlot(id="curve-tps")
+            yield PlotextPlot(id="curve-ttft")
+        self._runs: list[Any] = []
+        self._picked_once = False
+
+    def on_mount(self) -> None:
+        self.reload()
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def on_runs_changed(self, message: RunsChanged) -> None:
+        self.reload()
+
+    def show_startup(self, message: StartupProgress) -> None:
+        box = self.query_one("#startup", Static)
+        box.set_class(message.done, "hidden")
+        box.update(message.text)
+
+    @work(exclusive=True, group="compare-runs", exit_on_error=False)
+    async def reload(self) -> None:
+        store = self.top.services.store
+        if store is None:
+            self.query_one("#compare-title", Static).update("No run store is configured.")
+            return
+        try:
+            runs = await asyncio.to_thread(store.list_runs)
+        except Exception as exc:
+            self.notify(f"cannot read runs: {describe_error(exc)}", severity="error")
+            return
+        pick = self.query_one("#pick", SelectionList)
+        chosen = set(pick.selected)
+        if not self._picked_once and not chosen and runs:
+            chosen = set(default_pick(runs))
+            self._picked_once = bool(chosen)
+        self._runs = runs
+        with pick.prevent(SelectionList.SelectedChanged):
+            pick.clear_options()
+            pick.add_options(
+                [
+                    Selection(
+                        f"{run_label(r)} · {r.node or '?'} · {r.run_id[:6]}",
+                        r.run_id,
+                        r.run_id in chosen,
+                    )
+                    for r in runs
+                ]
+            )
+        self.show_comparison([r.run_id for r in runs if r.run_id in chosen])
+
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+        selected = set(event.selection_list.selected)
+        self.show_comparison([r.run_id for r in self._runs if r.run_id in selected])
+
+    @work(exclusive=True, group="compare-show", exit_on_error=False)
+    async def show_comparison(self, run_ids: list[str]) -> None:
+        table = self.query_one("#compare-table", DataTable)
+        title = self.query_one("#compare-title", Static)
+        if not run_ids:
+            table.clear(columns=True)
+            title.update("Comparison: pick two or more runs on the left (space)")
+            self._draw_curves([])
+            return
+        try:
+            comparison = await asyncio.to_thread(self.top.services.store.compare, run_ids)
+        except Exception as exc:
+            self.notify(f"cannot compare: {describe_error(exc)}", severity="error")
+            return
+        view = comparison_table(comparison)
+        table.clear(columns=True)
+        table.add_columns(*view.columns)
+        for key, cells in view.rows:
+            table.add_row(*cells, key=key)
+        simulated = any(r.simulated for r in comparison.runs)
+        title.update(
+            f"{len(run_ids)} runs: {view.title}" + ("  [simulated engines]" if simulated else "")
+        )
+        self._draw_curves(comparison_curves(comparison))
+
+    def _draw_curves(self, curves: list[Any]) -> None:
+        for plot_id, title, field, ylabel in (
+            ("#curve-tps", "throughput vs concurrency", "output_tok_s", "output tok/s"),
+            ("#curve-ttft", "TTFT p50 vs concurrency", "ttft_p50_ms", "ms"),
+        ):
+            plot = self.query_one(plot_id, PlotextPlot)
+            plt = plot.plt
+            plt.clear_data()
+            plt.clear_figure()
+            plt.title(title)
+            plt.xlabel("concurrency")
+            plt.ylabel(ylabel)
+            for curve in curves:
+                points = [
+                    (c, v)
+                    for c, v in zip(curve.concurrency, getattr(curve, field), strict=True)
+                    if v is not None
+                ]
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    plt.plot(list(xs), list(ys), label=curve.label, marker="braille")
+            if curves:
+                plt.xscale("log")
+            plot.refresh()
+
+    def action_export(self, fmt: str) -> None:
+        self._export(list(self.query_one("#pick", SelectionList).selected), fmt)
+
+    @work(group="compare-export", exit_on_error=False)
+    async def _export(self, run_ids: list[str], fmt: str) -> None:
+        try:
+            path = await asyncio.to_thread(export_comparison, self.top.services, run_ids, fmt)
+        except Exception as exc:
+            self.notify(f"export failed: {describe_error(exc)}", severity="error")
+            return
+        self.notify(f"exported to {path}")

@@ -1,0 +1,290 @@
+"""Engines: start, stop and swap engines on chosen GPUs, with the fit estimate first."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import (
+    Button,
+    DataTable,
+    Input,
+    Label,
+    Log,
+    ProgressBar,
+    Select,
+    SelectionList,
+    Static,
+)
+from textual.widgets.selection_list import Selection
+
+from tui.engine_ops import fit_view, start_engine, stop_engine, swap_engine
+from tui.messages import EngineActionDone, EngineProgress
+from tui.screens.base import BaseScreen
+from tui.screens.fleet import engine_rows
+from tui.services import describe_error
+from tui.widgets import selected_key, sync_table
+
+RUNTIMES = ("auto", "compose", "process", "sim")
+ENGINE_KINDS = ("llamacpp", "vllm", "sglang", "tgi", "ollama", "trtllm", "lmdeploy", "sim")
+
+
+def launch_config(model: str, extra: str, context: str) -> dict[str, Any]:
+    """The form as the agent's launch config (``engines.catalog.LaunchConfig`` fields)."""
+    config: dict[str, Any] = {"model": model.strip()}
+    if extra.strip():
+        config["extra_args"] = shlex.split(extra)
+    if context.strip():
+        config["context_len"] = int(context)
+    return config
+
+
+class EngineScreen(BaseScreen):
+    MODE = "engines"
+    AUTO_FOCUS = "#node"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "start", "Start"),
+        Binding("x", "stop", "Stop"),
+        Binding("w", "swap", "Swap"),
+    ]
+
+    def body(self) -> ComposeResult:
+        with Horizontal(id="engine-main"):
+            with Vertical(id="engine-form"):
+                yield Static("Launch", classes="section")
+                with Horizontal(classes="row"):
+                    yield Label("Node    ")
+                    yield Select[str]([], id="node", prompt="node", compact=True)
+                with Horizontal(classes="row"):
+                    yield Label("Engine  ")
+                    yield Select[str](
+                        [(k, k) for k in ENGINE_KINDS],
+                        id="kind",
+                        value="llamacpp",
+                        allow_blank=False,
+                        compact=True,
+                    )
+                with Horizontal(classes="row"):
+                    yield Label("Runtime ")
+                    yield Select[str](
+                        [(r, r) for r in RUNTIMES],
+                        id="runtime",
+                        value="auto",
+                        allow_blank=False,
+                        compact=True,
+                    )
+                with Horizontal(classes="row"):
+                    yield Label("Model   ")
+                    yield Input(
+                        placeholder="e.g. Llama-3.1-8B or tiny.gguf", id="model", compact=True
+                    )
+                with Horizontal(classes="row"):
+                    yield Label("Context ")
+                    yield Input(
+                        placeholder="tokens (optional)", id="context", type="integer", compact=True
+                    )
+                with Horizontal(classes="row"):
+                    yield Label("Args    ")
+                    yield Input(placeholder="--flag value", id="extra", compact=True)
+                yield Label("GPUs (space picks)")
+                yield SelectionList[int](id="gpus", compact=True)
+                yield Static("fit: pick a model and GPUs", id="fit")
+                with Horizontal(classes="buttons"):
+                    yield Button("Start s", id="start", variant="success", compact=True)
+                    yield Button("Swap w", id="swap", variant="warning", compact=True)
+                    yield Button("Stop x", id="stop", variant="error", compact=True)
+            with Vertical(id="engine-side"):
+                yield Static("Engines on the node", classes="section")
+                table: DataTable[Any] = DataTable(id="engine-table", cursor_type="row")
+                table.add_columns(
+                    "Node",
+                    "Engine",
+                    "Kind",
+                    "State",
+                    "Health",
+                    "KV cache",
+                    "Run",
+                    "Wait",
+                    "tok/s",
+                    "tok/s history",
+                    "TTFT p50",
+                )
+                yield table
+                yield ProgressBar(total=1.0, id="progress", show_eta=False)
+                yield Static("", id="action-status")
+                yield Log(id="action-log", max_lines=500)
+
+    def on_mount(self) -> None:
+        self.refresh_fleet()
+
+    def _node_name(self) -> str | None:
+        value = self.query_one("#node", Select).value
+        return value if isinstance(value, str) else None
+
+    def refresh_fleet(self) -> None:
+        model = self.top.model
+        select = self.query_one("#node", Select)
+        names = list(model.nodes)
+        if [o for o in getattr(select, "_options_names", [])] != names:
+            select._options_names = names  # type: ignore[attr-defined]
+            select.set_options([(n, n) for n in names])
+            if self.top.selected_node in names:
+                select.value = self.top.selected_node
+        node = model.nodes.get(self._node_name() or "")
+        gpus = self.query_one("#gpus", SelectionList)
+        wanted = [g.index for g in node.frame.gpus] if node and node.frame else []
+        if [o.value for o in gpus._options] != wanted:
+            gpus.clear_options()
+            gpus.add_options(
+                [
+                    Selection(
+                        f"GPU {g.index} {g.name} ({(g.mem_total_bytes or 0) / 2**30:.0f} GiB)",
+                        g.index,
+                    )
+                    for g in (node.frame.gpus if node and node.frame else ())
+                ]
+            )
+        sync_table(self.query_one("#engine-table", DataTable), engine_rows([node] if node else []))
+
+    @on(Select.Changed, "#node")
+    @on(Select.Changed, "#kind")
+    @on(Input.Changed, "#model")
+    @on(Input.Changed, "#context")
+    @on(SelectionList.SelectedChanged, "#gpus")
+    def update_fit(self) -> None:
+        if isinstance(self.query_one("#node", Select).value, str):
+            self.refresh_fleet()
+        self._show_fit()
+
+    def _show_fit(self) -> None:
+        box = self.query_one("#fit", Static)
+        model = self.query_one("#model", Input).value.strip()
+        node = self.top.model.nodes.get(self._node_name() or "")
+        picked = set(self.query_one("#gpus", SelectionList).selected)
+        if not model:
+            box.update("fit: pick a model and GPUs")
+            return
+        mems = [
+            g.mem_total_bytes
+            for g in (node.frame.gpus if node and node.frame else ())
+            if g.index in picked
+        ]
+        context = self.query_one("#context", Input).value
+        try:
+            view = fit_view(
+                str(self.query_one("#kind", Select).value),
+                model,
+                mems,
+                int(context) if context else None,
+            )
+        except Exception as exc:
+            box.update(f"fit: no estimate ({describe_error(exc)})")
+            return
+        style = {True: "green", False: "bold red", None: "yellow"}[view.fits]
+        box.update(f"[{style}]{view.text}[/]")
+
+    def _client(self) -> Any:
+        name = self._node_name()
+        handle = self.top.services.node(name) if name else None
+        if handle is None or handle.client is None:
+            self.notify("pick a node whose agent is configured", severity="error")
+            return None
+        return handle.client
+
+    def _selected_engine(self) -> str | None:
+        key = selected_key(self.query_one("#engine-table", DataTable))
+        return key.split("/", 1)[1] if key else None
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        {"start": self.action_start, "stop": self.action_stop, "swap": self.action_swap}[
+            event.button.id or "start"
+        ]()
+
+    def _form(self) -> dict[str, Any] | None:
+        model = self.query_one("#model", Input).value
+        if not model.strip():
+            self.notify("enter a model first", severity="warning")
+            return None
+        try:
+            return launch_config(
+                model,
+                self.query_one("#extra", Input).value,
+                self.query_one("#context", Input).value,
+            )
+        except ValueError as exc:
+            self.notify(f"bad arguments: {exc}", severity="error")
+            return None
+
+    def action_start(self) -> None:
+        client, config = self._client(), self._form()
+        if client is None or config is None:
+            return
+        kind = str(self.query_one("#kind", Select).value)
+        runtime = str(self.query_one("#runtime", Select).value)
+        gpus = sorted(self.query_one("#gpus", SelectionList).selected)
+        self._run(
+            self._node_name() or "",
+            "start",
+            start_engine(
+                client,
+                kind,
+                config,
+                gpus,
+                self._progress,
+                runtime=None if runtime == "auto" else runtime,
+            ),
+        )
+
+    def action_swap(self) -> None:
+        client, config, engine = self._client(), self._form(), self._selected_engine()
+        if engine is None:
+            self.notify("select the engine to swap in the table", severity="warning")
+            return
+        if client is None or config is None:
+            return
+        self._run(
+            self._node_name() or "", "swap", swap_engine(client, engine, config, self._progress)
+        )
+
+    def action_stop(self) -> None:
+        client, engine = self._client(), self._selected_engine()
+        if engine is None:
+            self.notify("select the engine to stop in the table", severity="warning")
+            return
+        if client is None:
+            return
+        self._run(self._node_name() or "", "stop", stop_engine(client, engine, self._progress))
+
+    def _progress(self, text: str, fraction: float | None) -> None:
+        self.post_message(EngineProgress(text, fraction))
+
+    @work(exclusive=True, group="engine-action", exit_on_error=False)
+    async def _run(self, node: str, action: str, op: Any) -> None:
+        try:
+            result = await op
+        except Exception as exc:  # the agent's error, in words, on screen
+            self.post_message(EngineActionDone(node, action, False, describe_error(exc)))
+            return
+        text = f"{action} done" + (f": {result.id} {result.health}" if result else "")
+        self.post_message(EngineActionDone(node, action, True, text))
+
+    def on_engine_progress(self, message: EngineProgress) -> None:
+        if message.fraction is not None:
+            self.query_one("#progress", ProgressBar).update(progress=message.fraction)
+        self.query_one("#action-status", Static).update(message.text)
+        self.query_one("#action-log", Log).write_line(message.text)
+
+    def on_engine_action_done(self, message: EngineActionDone) -> None:
+        status = self.query_one("#action-status", Static)
+        if message.ok:
+            status.update(f"[green]{message.text}[/]")
+        else:
+            status.update(f"[bold red]{message.action} failed: {message.text}[/]")
+            self.notify(f"{message.action} failed: {message.text}", severity="error")
+        self.query_one("#action-log", Log).write_line(
+            ("ok: " if message.ok else "error: ") + message.text
+        )

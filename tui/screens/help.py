@@ -1,0 +1,46 @@
+"""``?``: every key binding on one page."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HELP_TEXT = """\
+[b]infer-top[/b] — keys (as in nvitop / k9s)
+
+  [b]1[/b] Fleet   [b]2[/b] Node   [b]3[/b] Engines
+  [b]4[/b] Load test   [b]5[/b] Compare   [b]6[/b] History
+  [b]?[/b] help   [b]q[/b] quit   [b]:[/b] / [b]ctrl+p[/b] commands
+  [b]/[/b] filter   [b]esc[/b] close
+  [b]enter[/b] open the selected node / run
+
+  Fleet      enter: open the node
+  Node       [ / ]: previous / next node   f: follow the selected engine's logs
+  Engines    s: start   x: stop   w: swap (fit estimate shown before starting)
+  Load test  r: run the profile against the target engine (saved to the store)
+  Compare    space: pick runs   m / c / j: export markdown / csv / json
+  History    enter / o: open   d: delete   e: export markdown
+
+Values a device or engine does not report are shown as n/a, never 0.
+Engines marked SIM are simulated; replayed GPU telemetry says "replay".
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("question_mark", "dismiss", "Close"),
+        Binding("q", "dismiss", "Close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help"):
+            yield Static(HELP_TEXT, id="help-text")
+
+    async def action_dismiss(self, result: Any = None) -> None:
+        self.dismiss(None)

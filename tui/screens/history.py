@@ -1,0 +1,242 @@
+"""History: stored runs — filter, open, delete, export."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Input, Label, Static
+
+from tui.exporting import export_comparison
+from tui.messages import RunsChanged, StartupProgress
+from tui.model import fmt
+from tui.screens.base import BaseScreen
+from tui.services import describe_error
+from tui.widgets import Row, selected_key, sync_table
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def run_rows(runs: list[Any], text: str) -> list[Row]:
+    text = text.strip().lower()
+    rows: list[Row] = []
+    for r in runs:
+        hay = f"{r.run_id} {r.name or ''} {r.engine_kind or ''} {r.node or ''}".lower()
+        if text and text not in hay:
+            continue
+        rows.append(
+            (
+                r.run_id,
+                (
+                    r.run_id[:12],
+                    r.name or "-",
+                    (r.engine_kind or "?") + (" SIM" if r.simulated else ""),
+                    r.node or "-",
+                    when(r.created_at),
+                    str(r.level_count),
+                    str(r.request_count),
+                    r.status,
+                ),
+            )
+        )
+    return rows
+
+
+class ConfirmDelete(ModalScreen[bool]):
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self.label = label
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="confirm"):
+            yield Label(f"Delete run {self.label} and all its requests?")
+            yield Button("Delete", variant="error", id="yes")
+            yield Button("Keep", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class HistoryScreen(BaseScreen):
+    MODE = "history"
+    AUTO_FOCUS = "#runs"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("d", "delete", "Delete"),
+        Binding("e", "export", "Export"),
+        Binding("o", "open", "Open"),
+    ]
+
+    def body(self) -> ComposeResult:
+        yield Static("", id="startup", classes="hidden")
+        yield Input(
+            placeholder="filter runs by id, name, engine, node", id="filter", classes="hidden"
+        )
+        yield Static("Stored runs", classes="section")
+        runs: DataTable[Any] = DataTable(id="runs", cursor_type="row")
+        runs.add_columns(
+            "Run", "Name", "Engine", "Node", "Created (UTC)", "Levels", "Requests", "Status"
+        )
+        yield runs
+        yield Static("Levels of the opened run (enter)", classes="section", id="levels-title")
+        levels: DataTable[Any] = DataTable(id="levels", cursor_type="row")
+        levels.add_columns(
+            "Conc.",
+            "Rate",
+            "OK",
+            "Failed",
+            "Incompl.",
+            "out tok/s",
+            "TTFT p50 ms",
+            "TTFT p99 ms",
+            "ITL p50 ms",
+            "ITL p99 ms",
+            "tok/J",
+        )
+        yield levels
+        self._runs: list[Any] = []
+
+    def on_mount(self) -> None:
+        self.reload()
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def on_runs_changed(self, message: RunsChanged) -> None:
+        self.reload()
+
+    def show_startup(self, message: StartupProgress) -> None:
+        box = self.query_one("#startup", Static)
+        box.set_class(message.done, "hidden")
+        box.update(message.text)
+
+    @work(exclusive=True, group="history-load", exit_on_error=False)
+    async def reload(self) -> None:
+        store = self.top.services.store
+        table = self.query_one("#runs", DataTable)
+        if store is None:
+            self.query_one("#levels-title", Static).update("No run store is configured.")
+            return
+        try:
+            self._runs = await asyncio.to_thread(store.list_runs)
+        except Exception as exc:
+            self.notify(f"cannot read runs: {describe_error(exc)}", severity="error")
+            return
+        sync_table(table, run_rows(self._runs, self.query_one("#filter", Input).value))
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.remove_class("hidden")
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.add_class("hidden")
+        self.query_one("#runs", DataTable).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        sync_table(self.query_one("#runs", DataTable), run_rows(self._runs, event.value))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#runs", DataTable).focus()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "runs" and event.row_key.value:
+            self.open_run(str(event.row_key.value))
+
+    def action_open(self) -> None:
+        key = selected_key(self.query_one("#runs", DataTable))
+        if key:
+            self.open_run(key)
+
+    @work(exclusive=True, group="history-open", exit_on_error=False)
+    async def open_run(self, run_id: str) -> None:
+        store = self.top.services.store
+        if store is None:
+            return
+        try:
+            levels = await asyncio.to_thread(store.levels, run_id)
+        except Exception as exc:
+            self.notify(f"cannot open {run_id}: {describe_error(exc)}", severity="error")
+            return
+        self.query_one("#levels-title", Static).update(f"Levels of run {run_id}")
+        rows: list[Row] = []
+        for lr in levels:
+            s = lr.summary
+            rows.append(
+                (
+                    str(s.level_index),
+                    (
+                        fmt(s.concurrency),
+                        fmt(s.request_rate, "/s", 1),
+                        str(s.completed),
+                        str(s.failed),
+                        str(s.incomplete),
+                        fmt(s.output_tok_s),
+                        fmt(_ms(s.ttft_s.p50)),
+                        fmt(_ms(s.ttft_s.p99)),
+                        fmt(_ms(s.itl_s.p50), "", 1),
+                        fmt(_ms(s.itl_s.p99), "", 1),
+                        fmt(s.output_tok_per_j, "", 2),
+                    ),
+                )
+            )
+        sync_table(self.query_one("#levels", DataTable), rows)
+
+    def action_delete(self) -> None:
+        key = selected_key(self.query_one("#runs", DataTable))
+        if key is None:
+            return
+
+        def done(confirmed: bool | None) -> None:
+            if confirmed:
+                self._delete(key)
+
+        self.app.push_screen(ConfirmDelete(key[:12]), done)
+
+    @work(group="history-delete", exit_on_error=False)
+    async def _delete(self, run_id: str) -> None:
+        store = self.top.services.store
+        try:
+            await asyncio.to_thread(store.delete_run, run_id)
+        except Exception as exc:
+            self.notify(f"delete failed: {describe_error(exc)}", severity="error")
+            return
+        self.notify(f"deleted run {run_id[:12]}")
+        self.post_message(RunsChanged())
+        self.app.post_message(RunsChanged())
+
+    def action_export(self) -> None:
+        key = selected_key(self.query_one("#runs", DataTable))
+        if key is not None:
+            self._export([key])
+
+    @work(group="history-export", exit_on_error=False)
+    async def _export(self, run_ids: list[str]) -> None:
+        try:
+            path = await asyncio.to_thread(export_comparison, self.top.services, run_ids, "md")
+        except Exception as exc:
+            self.notify(f"export failed: {describe_error(exc)}", severity="error")
+            return
+        self.notify(f"exported to {path}")
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000

@@ -1,0 +1,259 @@
+"""Load test: pick an engine and a profile; watch throughput, latency, errors and
+the target node's GPUs live; the run is saved to the store."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
+from textual_plotext import PlotextPlot
+
+from tui.loads import PROFILES, LoadRequest, profile, resolve_model
+from tui.messages import LoadFinished, LoadProgress, RunsChanged
+from tui.model import fmt
+from tui.run_recorder import RunRecorder
+from tui.screens.base import BaseScreen
+from tui.screens.fleet import gpu_rows
+from tui.services import describe_error
+from tui.widgets import Row, sync_table
+
+
+def _ms(v: float | None) -> str:
+    return fmt(None if v is None else v * 1000, "", 0)
+
+
+def level_row(summary: Any) -> Row:
+    return (
+        str(summary.level_index),
+        (
+            fmt(summary.concurrency),
+            str(summary.completed),
+            str(summary.failed),
+            fmt(summary.output_tok_s),
+            _ms(summary.ttft_s.p50),
+            _ms(summary.ttft_s.p99),
+            fmt(None if summary.itl_s.p50 is None else summary.itl_s.p50 * 1000, "", 1),
+            fmt(None if summary.itl_s.p99 is None else summary.itl_s.p99 * 1000, "", 1),
+            "done",
+        ),
+    )
+
+
+class LoadScreen(BaseScreen):
+    MODE = "load"
+    AUTO_FOCUS = "#target"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("r", "run", "Run load test")]
+
+    def body(self) -> ComposeResult:
+        with Horizontal(id="load-main"):
+            with Vertical(id="load-left"):
+                with Horizontal(classes="row"):
+                    yield Label("Target ")
+                    yield Select[str]([], id="target", prompt="healthy engine", compact=True)
+                    yield Label(" Profile ")
+                    yield Select[str](
+                        [(p.name, p.name) for p in PROFILES],
+                        id="profile",
+                        value=PROFILES[0].name,
+                        allow_blank=False,
+                        compact=True,
+                    )
+                    yield Button("Run r", id="run", variant="primary", compact=True)
+                yield Static("Pick a target engine and a profile, then press r.", id="load-status")
+                yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
+                table: DataTable[Any] = DataTable(id="load-levels", cursor_type="row")
+                table.add_columns(
+                    "Conc.",
+                    "OK",
+                    "Failed",
+                    "out tok/s",
+                    "TTFT p50 ms",
+                    "TTFT p99 ms",
+                    "ITL p50 ms",
+                    "ITL p99 ms",
+                    "",
+                )
+                yield table
+                yield PlotextPlot(id="load-tps")
+            with Vertical(id="load-right"):
+                yield Static("Target node GPUs", classes="section", id="load-gpu-title")
+                gpus: DataTable[Any] = DataTable(id="load-gpus", cursor_type="row")
+                gpus.add_columns("#", "Util", "util history", "Mem", "Power", "Temp")
+                yield gpus
+        self._tps: list[tuple[float, float]] = []
+        self._levels: dict[str, Row] = {}
+        self._planned = 1
+        self._load_running = False
+
+    def on_mount(self) -> None:
+        self.refresh_fleet()
+
+    def _targets(self) -> dict[str, tuple[str, Any]]:
+        return {
+            f"{node}/{e.id}": (node, e)
+            for node, e in self.top.model.engines()
+            if e.url and e.health == "healthy"
+        }
+
+    def refresh_fleet(self) -> None:
+        targets = self._targets()
+        select = self.query_one("#target", Select)
+        keys = sorted(targets)
+        if getattr(select, "_keys", None) != keys:
+            current = select.value
+            select._keys = keys  # type: ignore[attr-defined]
+            select.set_options(
+                [
+                    (f"{k} ({e.kind}{' SIM' if e.simulated else ''})", k)
+                    for k, (_, e) in sorted(targets.items())
+                ]
+            )
+            if current in keys:
+                select.value = current
+        value = select.value
+        node_name = value.split("/", 1)[0] if isinstance(value, str) else None
+        node = self.top.model.nodes.get(node_name or "")
+        self.query_one("#load-gpu-title", Static).update(
+            f"GPUs of {node_name}" if node_name else "Target node GPUs"
+        )
+        rows = [
+            (key, (c[1], c[3], c[4], c[6], c[7], c[9]))
+            for key, c in gpu_rows([node] if node else [])
+        ]
+        sync_table(self.query_one("#load-gpus", DataTable), rows)
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "target":
+            self.refresh_fleet()
+        elif event.select.id == "profile" and not self._load_running:
+            self.query_one("#load-status", Static).update(profile(str(event.value)).description)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "run":
+            self.action_run()
+
+    def action_run(self) -> None:
+        if self._load_running:
+            self.notify("a load test is already running", severity="warning")
+            return
+        value = self.query_one("#target", Select).value
+        targets = self._targets()
+        if not isinstance(value, str) or value not in targets:
+            self.notify("pick a healthy target engine first", severity="warning")
+            return
+        node, engine = targets[value]
+        prof = profile(str(self.query_one("#profile", Select).value))
+        request = LoadRequest(
+            node=node,
+            engine_id=engine.id,
+            engine_kind=engine.kind,
+            url=engine.url,
+            model=engine.id,
+            profile=prof,
+            simulated=engine.simulated,
+        )
+        self._load_running = True
+        self._tps.clear()
+        self._levels.clear()
+        self._planned = len(prof.concurrency)
+        sync_table(self.query_one("#load-levels", DataTable), [])
+        self.query_one("#load-status", Static).update(f"starting {prof.description} on {value}")
+        self._run(request)
+
+    @work(exclusive=True, group="load", exit_on_error=False)
+    async def _run(self, request: LoadRequest) -> None:
+        services = self.top.services
+        if services.load_runner is None:
+            self.post_message(LoadFinished(None, "no load generator is configured"))
+            return
+        request = await resolve_model(services, request)
+        recorder = RunRecorder(services.store, request)
+        try:
+            async for event in services.load_runner(request):
+                recorder.on_event(event)
+                self.post_message(LoadProgress(event))
+            run_id, error = recorder.finish()
+        except Exception as exc:
+            recorder.fail(describe_error(exc))
+            run_id, error = recorder.run_id, describe_error(exc)
+        if services.store is not None:
+            await asyncio.to_thread(services.store.flush)
+        self.post_message(LoadFinished(run_id, error))
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        event = message.event
+        name = type(event).__name__
+        status = self.query_one("#load-status", Static)
+        if name == "LevelStarted":
+            self._levels[str(event.level_index)] = (
+                str(event.level_index),
+                (fmt(event.concurrency), "0", "0", "-", "-", "-", "-", "-", "running"),
+            )
+        elif name == "LevelProgress":
+            self._levels[str(event.level_index)] = (
+                str(event.level_index),
+                (
+                    self._levels.get(str(event.level_index), ("", ("?",)))[1][0],
+                    str(event.completed),
+                    str(event.failed),
+                    fmt(event.output_tok_s),
+                    _ms(event.ttft_p50_s),
+                    _ms(event.ttft_p99_s),
+                    "-",
+                    "-",
+                    f"in flight {event.in_flight}",
+                ),
+            )
+            self._tps.append((event.elapsed_s + 1000 * event.level_index, event.output_tok_s))
+            errors = ", ".join(f"{k} {v}" for k, v in event.errors_by_kind.items()) or "none"
+            status.update(
+                f"level {event.level_index + 1}/{self._planned}: "
+                f"{event.in_flight} in flight, {event.completed} done, "
+                f"{event.failed} failed (errors: {errors}), "
+                f"{event.output_tok_s:,.0f} out tok/s"
+            )
+        elif name == "LevelFinished":
+            row = level_row(event.summary)
+            self._levels[row[0]] = row
+            self.query_one("#load-progress", ProgressBar).update(
+                progress=len([r for r in self._levels.values() if r[1][-1] == "done"])
+                / self._planned
+            )
+        elif name == "RunStarted" and event.warnings:
+            status.update("warning: " + "; ".join(event.warnings))
+        sync_table(
+            self.query_one("#load-levels", DataTable),
+            [self._levels[k] for k in sorted(self._levels, key=int)],
+        )
+        self._draw_tps()
+
+    def _draw_tps(self) -> None:
+        plot = self.query_one("#load-tps", PlotextPlot)
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.title("output tok/s during the run")
+        if self._tps:
+            plt.plot(list(range(len(self._tps))), [v for _, v in self._tps], marker="braille")
+        plot.refresh()
+
+    def on_load_finished(self, message: LoadFinished) -> None:
+        self._load_running = False
+        status = self.query_one("#load-status", Static)
+        if message.error:
+            status.update(
+                f"[bold red]load test failed: {message.error}[/]"
+                + (f" (partial run {message.run_id} saved)" if message.run_id else "")
+            )
+        else:
+            self.query_one("#load-progress", ProgressBar).update(progress=1.0)
+            status.update(
+                f"[green]run {message.run_id} finished and saved[/] — "
+                "press 5 to compare, 6 for history"
+            )
+        self.app.post_message(RunsChanged())

@@ -1,0 +1,160 @@
+"""Node: per-GPU charts over minutes, the node's engines and their logs."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, Horizontal, Vertical
+from textual.widgets import DataTable, Log, Static
+from textual_plotext import PlotextPlot
+
+from tui.messages import LogLine
+from tui.model import GpuHistory, NodeState, NodeStatus
+from tui.screens.base import BaseScreen
+from tui.screens.fleet import engine_rows
+from tui.services import describe_error
+from tui.widgets import selected_key, sync_table
+
+CHARTS: tuple[tuple[str, str, str, float | None], ...] = (
+    # id, title, GpuHistory field, y max
+    ("util", "GPU util %", "util_pct", 100.0),
+    ("mem", "memory used %", "mem_pct", 100.0),
+    ("power", "power W", "power_w", None),
+    ("temp", "temperature °C", "temp_c", None),
+)
+
+
+def draw_chart(
+    plot: PlotextPlot, title: str, field: str, ymax: float | None, histories: dict[int, GpuHistory]
+) -> None:
+    plt = plot.plt
+    plt.clear_data()
+    plt.clear_figure()
+    plt.title(title)
+    newest = max((h.ts[-1] for h in histories.values() if h.ts), default=None)
+    for index, hist in sorted(histories.items()):
+        if newest is None:
+            break
+        pairs = [
+            (t - newest, v)
+            for t, v in zip(hist.ts, getattr(hist, field), strict=True)
+            if v is not None
+        ]
+        if pairs:
+            xs, ys = zip(*pairs, strict=True)
+            plt.plot(list(xs), list(ys), label=f"gpu{index}", marker="braille")
+    if ymax is not None:
+        plt.ylim(0, ymax)
+    plt.xlabel("seconds before the newest frame")
+    plot.refresh()
+
+
+class NodeScreen(BaseScreen):
+    MODE = "node"
+    AUTO_FOCUS = "#node-engines"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left_square_bracket", "cycle(-1)", "Prev node", key_display="["),
+        Binding("right_square_bracket", "cycle(1)", "Next node", key_display="]"),
+        Binding("f", "follow_logs", "Follow logs"),
+    ]
+
+    def body(self) -> ComposeResult:
+        yield Static("", id="node-title", classes="section")
+        with Grid(id="charts"):
+            for chart_id, *_ in CHARTS:
+                yield PlotextPlot(id=f"chart-{chart_id}")
+        with Horizontal(id="node-lower"):
+            engines: DataTable[Any] = DataTable(id="node-engines", cursor_type="row")
+            engines.add_columns(
+                "Node",
+                "Engine",
+                "Kind",
+                "State",
+                "Health",
+                "KV cache",
+                "Run",
+                "Wait",
+                "tok/s",
+                "tok/s history",
+                "TTFT p50",
+            )
+            yield engines
+            with Vertical(id="log-pane"):
+                yield Static("logs: select an engine and press f", id="log-title")
+                yield Log(id="engine-log", max_lines=2000)
+        self._following: str | None = None
+
+    def on_mount(self) -> None:
+        self.refresh_fleet()
+
+    def _node(self) -> NodeState | None:
+        model = self.top.model
+        name = self.top.selected_node
+        if name is None and model.nodes:
+            name = next(iter(model.nodes))
+            self.top.selected_node = name
+        return model.nodes.get(name) if name else None
+
+    def refresh_fleet(self) -> None:
+        node = self._node()
+        title = self.query_one("#node-title", Static)
+        if node is None:
+            title.update("No node configured.")
+            return
+        state = "ERROR: " + (node.error or "") if node.status is NodeStatus.ERROR else ""
+        frame = node.frame
+        label = f"Node {node.name}"
+        if frame is not None:
+            label += f"  ({frame.platform}{', replayed telemetry' if frame.simulated else ''}"
+            label += f", {len(frame.gpus)} GPU(s))"
+        title.update(f"{label}  {state}".rstrip())
+        for chart_id, chart_title, field, ymax in CHARTS:
+            draw_chart(
+                self.query_one(f"#chart-{chart_id}", PlotextPlot),
+                chart_title,
+                field,
+                ymax,
+                node.gpu_history,
+            )
+        sync_table(self.query_one("#node-engines", DataTable), engine_rows([node]))
+
+    def action_cycle(self, step: int) -> None:
+        names = list(self.top.model.nodes)
+        if not names:
+            return
+        current = self.top.selected_node
+        i = names.index(current) if current in names else 0
+        self.top.selected_node = names[(i + step) % len(names)]
+        self.refresh_fleet()
+
+    def action_follow_logs(self) -> None:
+        key = selected_key(self.query_one("#node-engines", DataTable))
+        node = self._node()
+        if key is None or node is None:
+            self.notify("select an engine first", severity="warning")
+            return
+        engine_id = key.split("/", 1)[1]
+        handle = self.top.services.node(node.name)
+        if handle is None or handle.client is None:
+            self.notify(f"no agent client for {node.name}", severity="error")
+            return
+        self._following = engine_id
+        log = self.query_one("#engine-log", Log)
+        log.clear()
+        self.query_one("#log-title", Static).update(f"logs of {engine_id} (following)")
+        self._follow(handle.client, engine_id)
+
+    @work(exclusive=True, group="logs", exit_on_error=False)
+    async def _follow(self, client: Any, engine_id: str) -> None:
+        try:
+            async for line in client.logs(engine_id, tail=200, follow=True):
+                self.post_message(LogLine(engine_id, line))
+        except Exception as exc:  # the agent's error in words, in the log pane
+            self.post_message(LogLine(engine_id, f"[log stream ended: {describe_error(exc)}]"))
+
+    def on_log_line(self, message: LogLine) -> None:
+        if message.engine_id == self._following:
+            self.query_one("#engine-log", Log).write_line(message.line.rstrip("\n"))

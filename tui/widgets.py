@@ -1,0 +1,53 @@
+"""Small widget helpers shared by the screens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+Row = tuple[str, Sequence[Any]]
+
+
+def sync_table(table: DataTable[Any], rows: Sequence[Row]) -> None:
+    """Make ``table`` show ``rows`` (key, cells), touching only what changed.
+
+    Rebuilding a table on every frame would reset the cursor and redraw every
+    cell; updating changed cells keeps the operator's place and costs little.
+    """
+    wanted = [key for key, _ in rows]
+    present = [str(k.value) for k in table.rows]
+    if present != wanted:
+        cursor = table.cursor_row
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
+        return
+    columns = list(table.columns)
+    for key, cells in rows:
+        current = table.get_row(key)
+        for col, (old, new) in enumerate(zip(current, cells, strict=False)):
+            if _plain(old) != _plain(new) or _style(old) != _style(new):
+                table.update_cell(key, columns[col], new, update_width=True)
+
+
+def _plain(cell: Any) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def _style(cell: Any) -> str:
+    return str(cell.style) if isinstance(cell, Text) else ""
+
+
+def selected_key(table: DataTable[Any]) -> str | None:
+    if table.row_count == 0:
+        return None
+    try:
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+    except Exception:  # the cursor points past a table that just shrank
+        return None
+    return None if row_key.value is None else str(row_key.value)
