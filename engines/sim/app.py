@@ -1,10 +1,10 @@
 """HTTP surface of a simulated engine: routes per dialect, loading behaviour, start/stop.
 
-Health while "loading" follows each engine: vLLM and TensorRT-LLM bind their
-port only once the model is loaded (connections are refused before);
-llama.cpp answers 503 ``Loading model`` everywhere; TGI, SGLang and LMDeploy
-answer 503 on their routes; Ollama's ``/`` says "Ollama is running" at once and
-generation requests wait for the model.
+Health while "loading" follows each engine (and ``engines.catalog``'s reading
+of it): vLLM, TensorRT-LLM, TGI and LMDeploy open their port only once the
+model is loaded, so connections are refused before; llama.cpp answers 503
+``Loading model`` on every route; SGLang answers 503; Ollama's ``/`` says
+"Ollama is running" at once and generation requests wait for the model.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from engines.sim.profile import SimProfile, load_profile
 from engines.sim.scheduler import RequestTrace
 from engines.sim.server import OWNED_BY, SIM_HEADER, SimServer
 
-BIND_LATE = frozenset({"vllm", "trtllm"})
+BIND_LATE = frozenset({"vllm", "trtllm", "tgi", "lmdeploy"})
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -32,13 +32,7 @@ def _loading_response(kind: str) -> web.Response:
     if kind == "llamacpp":
         body = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
         return web.json_response(body, status=503)
-    if kind == "tgi":
-        return web.json_response(
-            {"error": "Model is loading", "error_type": "overloaded"}, status=503
-        )
-    if kind == "lmdeploy":
-        return web.json_response({"status": "loading"}, status=503)
-    return web.Response(status=503)
+    return web.Response(status=503)  # SGLang: empty 503 until its warm-up request went through
 
 
 def trace_json(trace: RequestTrace) -> dict[str, Any]:

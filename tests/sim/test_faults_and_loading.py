@@ -62,9 +62,9 @@ async def test_ollama_is_running_while_the_model_loads(sim_factory: StartSim) ->
             assert len((await r.json())["models"]) == 1
 
 
-async def test_tgi_health_is_503_while_loading(sim_factory: StartSim) -> None:
+async def test_sglang_health_is_503_while_loading(sim_factory: StartSim) -> None:
     sim = await sim_factory(
-        "h100-llama2-7b-tgi", time_scale=0.02, faults=FaultConfig(load_time_s=0.4)
+        "h100-llama2-7b-sglang", time_scale=0.02, faults=FaultConfig(load_time_s=0.4)
     )
     async with aiohttp.ClientSession() as s:
         async with s.get(sim.url + "/health") as r:
