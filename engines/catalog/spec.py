@@ -84,6 +84,10 @@ class EngineSpec:
         """The engine's argv after its entrypoint, listening on ``cfg.port``."""
         return [*self._flags(cfg, cfg.port), *cfg.extra_args]
 
+    def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
+        """Environment the engine reads its settings from (Ollama); most use flags."""
+        return {}
+
     def unsupported(self, cfg: LaunchConfig, *names: str) -> None:
         """Refuse options this engine cannot honour instead of dropping them."""
         defaults = LaunchConfig(model="x")
