@@ -32,7 +32,7 @@ from engines.loadgen.quirks import known_kinds
 from engines.loadgen.report import level_label, summary_table, write_csv, write_json
 from engines.loadgen.runner import Target, new_run_id, run_in_new_loop, run_load
 from engines.loadgen.subproc import SinkSpec, open_sinks, plain
-from engines.loadgen.workload import Workload, WorkloadError
+from engines.loadgen.workload import PromptSource, Workload, WorkloadError
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
@@ -188,6 +188,11 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, WorkloadError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
+    try:
+        PromptSource(workload)  # an unreadable dataset is bad input, found before any request
+    except WorkloadError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
     run_id = new_run_id()
     where = SinkSpec(args.jsonl_path, args.save, args.db, args.name)
     try:
@@ -226,7 +231,10 @@ def run(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.stop()
         sink.close()
-    Console().print(summary_table(result))
+    out = Console()
+    if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
+        out = Console(width=160)
+    out.print(summary_table(result))
     context = {
         "target": {"url": target.url, "model": target.model, "engine": target.engine_kind},
         "spec": plain(spec),

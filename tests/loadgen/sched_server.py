@@ -41,7 +41,9 @@ def _event(obj: dict[str, Any] | str) -> bytes:
 
 def _chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
     obj: dict[str, Any] = {"id": "chatcmpl-sched", "object": "chat.completion.chunk"}
-    obj["choices"] = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    obj["choices"] = (
+        [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    )
     obj.update(extra)
     return _event(obj)
 
@@ -94,7 +96,9 @@ class Conn(asyncio.Protocol):
         head, _, rest = self.buf.partition(HEAD_END)
         lines = head.decode("latin-1").split("\r\n")
         method, path, _ = lines[0].split(" ", 2)
-        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+        headers = {
+            k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])
+        }
         length = int(headers.get("content-length", "0"))
         if len(rest) < length:
             return
@@ -135,6 +139,7 @@ class Conn(asyncio.Protocol):
         n = int(tail) if tail.isdigit() else 0
         fault = n % 6 if srv.args.faults == "mix" else 0
         entry: dict[str, Any] = {"recv": recv, "chunks": [], "fault": fault}
+        entry["auth"] = headers.get("authorization")
         srv.truth[rid] = entry
         if fault == 4:
             t.abort()
@@ -180,8 +185,10 @@ class Conn(asyncio.Protocol):
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}
         timings = {"predicted_n": tokens, "predicted_per_second": 1.0 / itl_s if itl_s else 0.0}
         t.write(
-            _chunk({}, "length") + _chunk(None, usage=usage, timings=timings)
-            + _event("[DONE]") + b"0\r\n\r\n"
+            _chunk({}, "length")
+            + _chunk(None, usage=usage, timings=timings)
+            + _event("[DONE]")
+            + b"0\r\n\r\n"
         )
         entry["usage"] = usage
         self._done()

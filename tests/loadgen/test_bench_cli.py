@@ -1,0 +1,96 @@
+"""``infer-top bench`` end to end against the known-schedule server."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engines.loadgen import cli, read_jsonl
+
+FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
+
+
+def bench(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="infer-top")
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["bench", *argv])
+    return int(args.func(args))
+
+
+def test_bench_sweeps_prints_a_table_and_writes_json_csv_jsonl(
+    sched_server: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = sched_server(*FAST)
+    out_json, out_csv, out_jsonl = tmp_path / "o.json", tmp_path / "o.csv", tmp_path / "r.jsonl"
+    code = bench([
+        "--url", server.url, "--model", "m", "--engine", "vllm", "--concurrency", "1,4",
+        "--requests", "12", "--warmup", "2", "--input-len", "16", "--output-len", "8",
+        "--slo", "ttft=1s,tpot=1s", "--json", str(out_json), "--csv", str(out_csv),
+        "--jsonl", str(out_jsonl), "--quiet",
+    ])  # fmt: skip
+    assert code == 0
+    shown = capsys.readouterr().out
+    assert "c=1" in shown and "c=4" in shown and "TTFT p50 ms" in shown
+    doc = json.loads(out_json.read_text())
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4]
+    assert all(lv["completed"] == 12 and lv["goodput_req_s"] > 0 for lv in doc["levels"])
+    assert doc["target"] == {"url": server.url, "model": "m", "engine": "vllm"}
+    assert doc["workload"]["output_len"] == 8 and doc["spec"]["warmup_requests"] == 2
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["concurrency"] for r in rows] == ["1", "4"]
+    assert float(rows[1]["ttft_p99_s"]) > 0 and rows[1]["failures_by_kind"] == ""
+    records, levels = read_jsonl(out_jsonl)
+    assert len(records) == 2 * (12 + 2) and len(levels) == 2
+
+
+def test_bench_takes_the_api_key_from_the_environment(
+    sched_server: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = sched_server(*FAST)
+    monkeypatch.setenv("INFER_TOP_API_KEY", "from-env")
+    assert bench(["--url", server.url, "--model", "m", "--requests", "1", "--quiet"]) == 0
+    assert {e["auth"] for e in server.truth()["requests"].values()} == {"Bearer from-env"}
+
+
+def test_bench_saves_the_run_to_the_store(sched_server: Callable[..., Any], tmp_path: Path) -> None:
+    from store import open_store
+
+    server = sched_server(*FAST)
+    db = tmp_path / "runs.db"
+    argv = ["--url", server.url, "--model", "m", "--concurrency", "2", "--requests", "6",
+            "--save", "--db", str(db), "--name", "smoke", "--quiet"]  # fmt: skip
+    assert bench(argv) == 0
+    with open_store(db) as st:
+        (run,) = st.list_runs()
+        assert run.name == "smoke" and run.status == "completed"
+        assert st.request_count(run.run_id) == 6
+        assert [lv.summary.completed for lv in st.levels(run.run_id)] == [6]
+        assert run.engine_kind == "openai" and run.workload["output_len"] == 128
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--requests", "0"], "requests_per_level"),
+        (["--input-len", "0"], "input_len"),
+        (["--slo", "speed=9"], "bad SLO"),
+        (["--dataset", "/nonexistent/sharegpt.json"], "sharegpt.json"),
+        (["--warmup", "soon"], "not a duration"),
+    ],
+)
+def test_bad_arguments_give_a_clear_error_and_exit_2(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench(["--url", "http://127.0.0.1:9", "--model", "m", "--quiet", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_all_requests_failing_exits_nonzero(unused_tcp_port: int) -> None:
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    assert bench(["--url", url, "--model", "m", "--requests", "2", "--quiet"]) == 1

@@ -1,0 +1,144 @@
+"""Open-loop rates, duration stops with cut requests, warm-up, progress events,
+and the worker process the TUI uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from engines.loadgen import (
+    Arrival,
+    ClosedLoop,
+    LevelFinished,
+    LevelProgress,
+    LevelStarted,
+    LoadSpec,
+    MemorySink,
+    OpenLoop,
+    ProgressEvent,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    SinkSpec,
+    Target,
+    Workload,
+    read_jsonl,
+    run_load,
+    run_load_in_subprocess,
+)
+
+FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
+
+
+async def test_open_loop_sends_on_schedule_at_the_offered_rate(
+    sched_server: Callable[..., Any],
+) -> None:
+    server = sched_server(*FAST)
+    sink = MemorySink()
+    level = OpenLoop(40.0, Arrival.CONSTANT)
+    spec = LoadSpec((level,), requests_per_level=40)
+    result = await run_load(
+        spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink
+    )
+    s = result.levels[0]
+    assert s.request_rate == 40.0 and s.completed == 40
+    scheduled = sorted(r.scheduled_at for r in sink.records)
+    gaps = [b - a for a, b in pairwise(scheduled)]
+    assert all(abs(g - 0.025) < 1e-6 for g in gaps)  # the plan itself is exact
+    assert abs(s.achieved_rate - 40.0) / 40.0 < 0.25
+    assert all(r.sent_at >= r.scheduled_at for r in sink.records)
+    assert s.ttft_from_schedule_s.p50 is not None and s.ttft_s.p50 is not None
+    assert s.ttft_from_schedule_s.p50 >= s.ttft_s.p50
+
+
+async def test_duration_stop_cuts_in_flight_requests_as_incomplete_not_failed(
+    sched_server: Callable[..., Any],
+) -> None:
+    # Answers take ~2 s; the level stops sending after 0.3 s and drains for 0.2 s.
+    server = sched_server("--ttft-ms", "50", "--ttft-spread-ms", "0", "--itl-ms", "500")
+    sink = MemorySink()
+    spec = LoadSpec((ClosedLoop(3),), duration_s=0.3, drain_s=0.2)
+    result = await run_load(
+        spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink
+    )
+    s = result.levels[0]
+    assert (s.completed, s.failed, s.incomplete) == (0, 0, 3)
+    assert len(sink.records) == 3
+    cut = sink.records[0]
+    assert cut.incomplete and cut.error_kind is None and cut.counted_output_tokens >= 1
+    assert cut.error_message == "cut at the level's end"
+
+
+async def test_warmup_requests_are_recorded_but_left_out_and_events_flow(
+    sched_server: Callable[..., Any],
+) -> None:
+    server = sched_server(*FAST)
+    sink = MemorySink()
+    events: list[ProgressEvent] = []
+    spec = LoadSpec((ClosedLoop(1), ClosedLoop(2)), requests_per_level=6, warmup_requests=2)
+    result = await run_load(
+        spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink, events.append
+    )
+    assert len(sink.records) == 16
+    assert sum(r.warmup for r in sink.records) == 4
+    assert [s.completed for s in result.levels] == [6, 6] == [s.completed for s in sink.levels]
+    kinds = [type(e) for e in events]
+    assert kinds[0] is RunStarted and kinds[-1] is RunFinished
+    assert kinds.count(LevelStarted) == 2 and kinds.count(LevelFinished) == 2
+    last_progress = [e for e in events if isinstance(e, LevelProgress)][-1]
+    assert last_progress.completed == 6 and last_progress.in_flight == 0
+    assert last_progress.ttft_p50_s is not None and last_progress.output_tok_s > 0
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert started.warnings  # generic OpenAI engine: length cannot be forced
+
+
+async def test_exact_length_fields_and_api_key_reach_the_server(
+    sched_server: Callable[..., Any],
+) -> None:
+    server = sched_server(*FAST)
+    sink = MemorySink()
+    events: list[ProgressEvent] = []
+    spec = LoadSpec((ClosedLoop(1),), requests_per_level=2)
+    target = Target(server.url, "m", engine_kind="vllm", api_key="s3cret")
+    await run_load(spec, Workload(input_len=8, output_len=5), target, sink, events.append)
+    truth = server.truth()["requests"]
+    assert {e["auth"] for e in truth.values()} == {"Bearer s3cret"}
+    assert all(r.output_tokens == 5 for r in sink.records)
+    assert "s3cret" not in repr(target)
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert started.warnings == ()  # vLLM can force the length
+
+
+async def test_worker_process_streams_events_and_writes_the_sink(
+    sched_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    server = sched_server(*FAST)
+    path = tmp_path / "w.jsonl"
+    spec = LoadSpec((ClosedLoop(2),), requests_per_level=8)
+    events = [
+        e
+        async for e in run_load_in_subprocess(
+            spec,
+            Workload(input_len=8, output_len=4),
+            Target(server.url, "m"),
+            SinkSpec(jsonl_path=str(path)),
+            run_id="sub",
+        )
+    ]
+    assert isinstance(events[-1], RunFinished), events[-1]
+    assert events[-1].result.levels[0].completed == 8
+    records, levels = read_jsonl(path)
+    assert len(records) == 8 and {r.run_id for r in records} == {"sub"}
+    assert levels == list(events[-1].result.levels)
+
+
+async def test_worker_process_reports_a_bad_dataset(tmp_path: Path) -> None:
+    spec = LoadSpec((ClosedLoop(1),), requests_per_level=1)
+    workload = Workload(dataset=str(tmp_path / "missing.json"))
+    events = [
+        e async for e in run_load_in_subprocess(spec, workload, Target("http://127.0.0.1:9", "m"))
+    ]
+    assert isinstance(events[-1], RunFailed)
+    assert "missing.json" in events[-1].message
