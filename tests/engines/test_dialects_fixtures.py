@@ -225,3 +225,39 @@ def test_ollama_ps_has_no_counters_only_models() -> None:
 def test_garbage_is_a_clear_parse_error(kind: str, payload: bytes) -> None:
     with pytest.raises(MetricsParseError, match=kind):
         get_spec(kind).parse_metrics(payload)
+
+
+def test_trtllm_documented_json_example_parses_with_unreported_fields_none() -> None:
+    text = (ENGINES / "trtllm_metrics_samples.txt").read_text()
+    doc = text[text.index("[\n") : text.index("]\n") + 1]
+    doc = "\n".join(ln for ln in doc.splitlines() if ln.strip() != "...")
+    s = get_spec("trtllm").parse_metrics(doc)
+    assert s.raw["gpuMemUsage"] == 56401920000.0
+    assert s.raw["iterLatencyMS"] == pytest.approx(16.505143404006958)
+    assert s.kv_cache_usage is None and s.requests_running is None  # elided: n/a, not 0
+
+
+def _names(path: Path) -> set[str]:
+    return {ln.split()[0] for ln in path.read_text().splitlines() if ln.strip() and ln[0] != "#"}
+
+
+@pytest.mark.parametrize(
+    ("version", "fixture"),
+    [("0.11.0", "vllm_expected_metrics_v1_from_tests.txt"), ("0.8.5", "vllm_v0_legacy_names.txt")],
+)
+def test_vllm_dialect_names_exist_in_that_version(version: str, fixture: str) -> None:
+    """Every series the dialect reads for a version is one vLLM really exports."""
+    from engines.dialects import prom_dialect
+
+    exported = _names(ENGINES / fixture)
+    dialect = prom_dialect("vllm", version)
+    wanted = {
+        "kv_usage": dialect.kv_usage,
+        "running": dialect.running,
+        "waiting": dialect.waiting,
+        "ttft": tuple(f"{n}_count" for n in dialect.ttft),
+        "itl": tuple(f"{n}_count" for n in dialect.itl),
+    }
+    for field, names in wanted.items():
+        legacy_style = {n.removesuffix("_count") for n in names}
+        assert set(names) & exported or legacy_style & exported, (field, names)
