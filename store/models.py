@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 import sys
 from array import array
 from dataclasses import asdict, dataclass
@@ -190,11 +191,10 @@ def _extras_from(blob: str | None, spec: tuple[tuple[str, Any], ...]) -> dict[st
 REQUEST_COLUMNS = (
     "run_id, level_index, request_index, scheduled_at, sent_at, first_token_at, end_at, "
     "prompt_tokens, output_tokens, usage_completion_tokens, counted_output_tokens, chunk_count, "
-    "error_kind, http_status, error_message, incomplete, itl_blob, tokens_per_chunk_blob, "
-    "extra_json"
+    "error_kind, http_status, error_message, incomplete, chunks_blob, extra_json"
 )
 INSERT_REQUEST = (
-    f"INSERT OR REPLACE INTO requests ({REQUEST_COLUMNS}) VALUES ({', '.join('?' * 19)})"
+    f"INSERT OR REPLACE INTO requests ({REQUEST_COLUMNS}) VALUES ({', '.join('?' * 18)})"
 )
 _REQUEST_EXTRAS = _extra_spec(
     RequestRecord,
@@ -203,22 +203,39 @@ _REQUEST_EXTRAS = _extra_spec(
 _LITTLE = sys.byteorder == "little"
 
 
-def _pack(typecode: str, values: tuple[float, ...] | tuple[int, ...]) -> bytes | None:
-    if not values:
+_CHUNKS_HEADER = struct.Struct("<cI")  # tokens typecode, number of ITL gaps
+
+
+def pack_chunks(itl_s: tuple[float, ...], tokens_per_chunk: tuple[int, ...]) -> bytes | None:
+    """ITL gaps (float64, exact) and tokens per chunk (one byte each when they
+    fit, as they nearly always do) in one little-endian blob: the bulk of a
+    request row, kept small and quick to build because it bounds the insert rate."""
+    if not itl_s and not tokens_per_chunk:
         return None
-    packed = array(typecode, values)
-    if not _LITTLE:
-        packed.byteswap()
-    return packed.tobytes()
-
-
-def _unpack(typecode: str, blob: bytes | None) -> array[Any]:
-    values: array[Any] = array(typecode)
-    if blob:
-        values.frombytes(blob)
+    gaps = struct.pack(f"<{len(itl_s)}d", *itl_s)
+    try:
+        return _CHUNKS_HEADER.pack(b"B", len(itl_s)) + gaps + bytes(tokens_per_chunk)
+    except ValueError:  # a chunk of 256+ tokens (or a bogus negative count)
+        tokens = array("q", tokens_per_chunk)
         if not _LITTLE:
-            values.byteswap()
-    return values
+            tokens.byteswap()
+        return _CHUNKS_HEADER.pack(b"q", len(itl_s)) + gaps + tokens.tobytes()
+
+
+def unpack_chunks(blob: bytes | None) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    if not blob:
+        return (), ()
+    code, n = _CHUNKS_HEADER.unpack_from(blob)
+    start = _CHUNKS_HEADER.size
+    gaps = struct.unpack_from(f"<{n}d", blob, start)
+    rest = blob[start + 8 * n :]
+    if code == b"B":
+        return gaps, tuple(rest)
+    tokens = array("q")
+    tokens.frombytes(rest)
+    if not _LITTLE:
+        tokens.byteswap()
+    return gaps, tuple(tokens)
 
 
 def request_to_row(r: RequestRecord) -> tuple[Any, ...]:
@@ -239,13 +256,13 @@ def request_to_row(r: RequestRecord) -> tuple[Any, ...]:
         r.http_status,
         r.error_message,
         int(r.incomplete),
-        _pack("d", r.itl_s),
-        _pack("i", r.tokens_per_chunk),
+        pack_chunks(r.itl_s, r.tokens_per_chunk),
         _extras_json(r, _REQUEST_EXTRAS) if _REQUEST_EXTRAS else None,
     )
 
 
 def row_to_request(row: tuple[Any, ...]) -> RequestRecord:
+    itl_s, tokens_per_chunk = unpack_chunks(row[16])
     return RequestRecord(
         run_id=row[0],
         level_index=row[1],
@@ -263,9 +280,9 @@ def row_to_request(row: tuple[Any, ...]) -> RequestRecord:
         http_status=row[13],
         error_message=row[14],
         incomplete=bool(row[15]),
-        itl_s=tuple(_unpack("d", row[16])),
-        tokens_per_chunk=tuple(_unpack("i", row[17])),
-        **_extras_from(row[18], _REQUEST_EXTRAS),
+        itl_s=itl_s,
+        tokens_per_chunk=tokens_per_chunk,
+        **_extras_from(row[17], _REQUEST_EXTRAS),
     )
 
 

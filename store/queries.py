@@ -143,47 +143,34 @@ def window_energy(
 ) -> tuple[float | None, float | None, float | None]:
     """(mean util %, mean power W summed over GPUs, energy J) from GPU samples in a window.
 
-    Energy is the energy counter's rise per GPU; a GPU without a counter
-    contributes mean power x window length instead.
+    Energy is each GPU's energy-counter rise over the window (the counter is
+    monotonic, so max - min of the samples); a GPU without a counter
+    contributes its mean power x the window's length.  One indexed query.
     """
-    if gpus is None:
-        gpus = [
-            r[0]
-            for r in conn.execute(
-                "SELECT DISTINCT gpu_index FROM gpu_samples WHERE node = ? AND ts BETWEEN ? AND ?",
-                (node, start, end),
-            )
-        ]
-    utils: list[float] = []
-    power_total: float | None = None
-    energy_total: float | None = None
-    for gpu in gpus:
-        row = conn.execute(
-            """
-            SELECT avg(util_pct), avg(power_w), count(*),
-              (SELECT energy_j FROM gpu_samples WHERE node = :n AND gpu_index = :g
-                 AND ts BETWEEN :a AND :b AND energy_j IS NOT NULL ORDER BY ts LIMIT 1),
-              (SELECT energy_j FROM gpu_samples WHERE node = :n AND gpu_index = :g
-                 AND ts BETWEEN :a AND :b AND energy_j IS NOT NULL ORDER BY ts DESC LIMIT 1),
-              (SELECT count(energy_j) FROM gpu_samples WHERE node = :n AND gpu_index = :g
-                 AND ts BETWEEN :a AND :b)
-            FROM gpu_samples WHERE node = :n AND gpu_index = :g AND ts BETWEEN :a AND :b
-            """,
-            {"n": node, "g": gpu, "a": start, "b": end},
-        ).fetchone()
-        util, power, count, e_first, e_last, e_count = row
-        if not count:
-            continue
-        if util is not None:
-            utils.append(util)
-        if power is not None:
-            power_total = (power_total or 0.0) + power
-        if e_count >= 2 and e_last >= e_first:
-            energy_total = (energy_total or 0.0) + (e_last - e_first)
+    only = ""
+    params: list[Any] = [node, start, end]
+    if gpus:
+        only = f" AND gpu_index IN ({', '.join('?' * len(gpus))})"
+        params += gpus
+    rows = conn.execute(
+        "SELECT avg(util_pct), avg(power_w), count(energy_j), min(energy_j), max(energy_j) "
+        "FROM gpu_samples INDEXED BY idx_gpu_samples_node_ts "
+        f"WHERE node = ? AND ts BETWEEN ? AND ?{only} GROUP BY gpu_index",
+        params,
+    ).fetchall()
+    utils = [r[0] for r in rows if r[0] is not None]
+    powers = [r[1] for r in rows if r[1] is not None]
+    energy: float | None = None
+    for _util, power, e_count, e_min, e_max in rows:
+        if e_count >= 2:
+            energy = (energy or 0.0) + (e_max - e_min)
         elif power is not None:
-            energy_total = (energy_total or 0.0) + power * (end - start)
-    mean_util = sum(utils) / len(utils) if utils else None
-    return mean_util, power_total, energy_total
+            energy = (energy or 0.0) + power * (end - start)
+    return (
+        sum(utils) / len(utils) if utils else None,
+        sum(powers) if powers else None,
+        energy,
+    )
 
 
 def compare(conn: sqlite3.Connection, run_ids: Sequence[str]) -> Comparison:

@@ -145,7 +145,12 @@ class Writer:
                     break  # a barrier: commit what came before it first
             for it in items:
                 if isinstance(it, _Rows):
-                    self._held.append(it)
+                    # One executemany per run of rows with the same statement:
+                    # add_request() enqueues rows one at a time.
+                    if self._held and self._held[-1].sql == it.sql:
+                        self._held[-1].rows.extend(it.rows)
+                    else:
+                        self._held.append(_Rows(it.sql, list(it.rows)))
                     self._held_count += len(it.rows)
             ok = self._commit_held()
             backoff_s = 0.05 if ok else min(backoff_s * 2, RETRY_MAX_S)

@@ -83,7 +83,8 @@ def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history(mem_sto
     conn: sqlite3.Connection = mem_store._read_conn
     assert conn.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 60
     history = conn.execute(
-        "SELECT bucket_ts, samples, util_pct_mean, energy_j_last FROM gpu_history ORDER BY bucket_ts"
+        "SELECT bucket_ts, samples, util_pct_mean, energy_j_last FROM gpu_history "
+        "ORDER BY bucket_ts"
     ).fetchall()
     assert history == [(minute, 60, 50.5, 5900.0), (minute + 60, 60, 50.5, 11900.0)]
     # Run again later: nothing new to fold; history itself ages out when asked.

@@ -86,7 +86,7 @@ def test_v1_file_upgrades_without_losing_a_row(tmp_path: Path) -> None:
     for table, (columns, rows) in before.items():
         after = _rows(path, table, columns)
         assert after[: len(rows)] == rows, f"{table} changed in the upgrade"
-    assert "itl_blob" in _columns(path, "requests")
+    assert "chunks_blob" in _columns(path, "requests")
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 

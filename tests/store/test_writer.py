@@ -38,6 +38,21 @@ def test_requests_and_levels_read_back_equal(mem_store: Store) -> None:
     assert mem_store.get_run(run_id).request_count == summary.completed + summary.failed
 
 
+@pytest.mark.parametrize(
+    "tokens", [(), (1,) * 40, (255, 0, 3), (256, 1), (70_000, 2, 1), (-1, 5)], ids=str
+)
+def test_chunk_payload_round_trips_any_token_counts(
+    mem_store: Store, tokens: tuple[int, ...]
+) -> None:
+    run_id = mem_store.create_run(name="chunks")
+    gaps = tuple(1e-3 / (k + 1) for k in range(max(len(tokens) - 1, 0)))
+    rec = record(run_id, 0, 0, itl_s=gaps, tokens_per_chunk=tokens)
+    mem_store.add_request(rec)
+    mem_store.flush()
+    (back,) = mem_store.iter_requests(run_id)
+    assert (back.itl_s, back.tokens_per_chunk) == (gaps, tokens)
+
+
 def test_same_request_written_twice_is_kept_once(mem_store: Store) -> None:
     run_id = mem_store.create_run(name="dup")
     mem_store.add_request(record(run_id, 0, 0, output_tokens=10))
