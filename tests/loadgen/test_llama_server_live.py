@@ -1,0 +1,86 @@
+"""The load generator against the real llama-server container (the rig's image).
+
+A 1 -> 8 concurrency sweep must complete, and its numbers must agree with the
+server's own: the ``llamacpp:tokens_predicted_total`` delta over the run and
+each request's ``timings.predicted_per_second``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from compose import compose_file
+from engines.loadgen import LoadSpec, MemorySink, Target, Workload, concurrency_sweep, run_load
+from tests.conftest import Rig
+from tests.rig.test_llama_server_compose import free_port
+
+pytestmark = pytest.mark.docker
+
+
+async def _wait_health(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url + "/health") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.3)
+    raise AssertionError(f"llama-server at {url} not healthy after {timeout_s}s")
+
+
+async def _counter(url: str, name: str) -> float:
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} missing from /metrics")
+
+
+async def test_sweep_1_to_8_agrees_with_llama_server_counters(
+    rig: Rig, compose_project: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = tmp_path / "engine.env"
+    env.write_text(f"ENGINE_IMAGE={rig.llama_image}\nENGINE_PORT={port}\nPARALLEL=4\n")
+    cmd = [*rig.compose, "-f", str(compose_file("llama-server-cpu")), "-p", compose_project,
+           "--env-file", str(env)]  # fmt: skip
+    up = [*cmd, "up", "-d"]
+    await asyncio.to_thread(subprocess.run, up, check=True, capture_output=True, timeout=120)
+    url = f"http://127.0.0.1:{port}"
+    await _wait_health(url)
+
+    before = await _counter(url, "llamacpp:tokens_predicted_total")
+    spec = LoadSpec(concurrency_sweep([1, 2, 4, 8]), requests_per_level=12, request_timeout_s=60)
+    sink = MemorySink()
+    target = Target(url, "tiny", engine_kind="llamacpp")
+    result = await run_load(spec, Workload(input_len=32, output_len=32, seed=5), target, sink)
+    after = await _counter(url, "llamacpp:tokens_predicted_total")
+
+    assert [s.concurrency for s in result.levels] == [1, 2, 4, 8]
+    for s in result.levels:
+        assert (s.completed, s.failed, s.incomplete) == (12, 0, 0), s.failures_by_kind
+        assert s.output_tok_s > 0 and s.ttft_s.p50 is not None and s.ttft_s.p50 > 0
+    # ignore_eos forces the length; usage, the re-count and the server all agree.
+    assert all(r.output_tokens == r.usage_completion_tokens == 32 for r in sink.records)
+    assert all(r.prompt_tokens and r.prompt_tokens > 0 for r in sink.records)
+    ours = sum(s.total_output_tokens for s in result.levels)
+    assert ours == after - before == 4 * 12 * 32
+    for s in result.levels:
+        level = [r for r in sink.records if r.level_index == s.level_index]
+        client = statistics.fmean(1.0 / r.tpot_s for r in level if r.tpot_s)
+        server = statistics.fmean(r.server_decode_tok_s or 0.0 for r in level)
+        ttft_ms = (s.ttft_s.p50 or 0.0) * 1e3
+        print(f"c={s.concurrency}: {s.output_tok_s:.0f} tok/s, TTFT p50 {ttft_ms:.1f} ms, "
+              f"decode client {client:.0f} vs server {server:.0f} tok/s")  # fmt: skip
+        assert abs(client - server) / server < 0.10, (s.concurrency, client, server)
