@@ -61,8 +61,13 @@ class LaunchConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        if not self.model or "\n" in self.model:
-            problems.append("model must be a non-empty single line")
+        if not self.model:
+            problems.append("model must not be empty")
+        texts = {"model": self.model, "api_key": self.api_key or ""}
+        texts |= {f"extra_args[{i}]": a for i, a in enumerate(self.extra_args)}
+        for name, text in texts.items():
+            if any(ord(c) < 32 or c == "\x7f" for c in text):
+                problems.append(f"{name} contains control characters")
         if not 1 <= self.port <= 65535:
             problems.append(f"port {self.port} is not in 1..65535")
         for name in ("tensor_parallel", "pipeline_parallel"):

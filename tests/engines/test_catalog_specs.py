@@ -124,6 +124,9 @@ def test_options_an_engine_cannot_honour_are_refused_by_name(
         {"context_len": 0},
         {"quantization": "fp8; rm -rf /"},
         {"model": ""},
+        {"model": "a\nb"},
+        {"api_key": "k\x00"},
+        {"extra_args": ("--x", "y\r")},
     ],
 )
 def test_launch_config_rejects_nonsense(bad: dict[str, object]) -> None:

@@ -11,7 +11,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engines.catalog import ALL_SPECS, MetricsParseError, merge_llamacpp, parse_llamacpp_slots
+from engines.catalog import (
+    ALL_SPECS,
+    Health,
+    LaunchConfig,
+    MetricsParseError,
+    env_file_text,
+    merge_llamacpp,
+    parse_llamacpp_slots,
+)
 from engines.fit import KNOWN_MODELS, estimate_fit
 from engines.sample import EngineSample
 
@@ -136,3 +144,55 @@ def test_fit_estimate_is_consistent(
     # "fits" means the asked-for sequences are within what the engine would hold
     if est.fits and kind not in ("llamacpp", "ollama"):
         assert est.max_concurrent_at_context >= seqs
+
+
+@SETTINGS
+@given(
+    spec=spec_st,
+    status=st.one_of(st.none(), st.integers(min_value=100, max_value=599)),
+    body=st.one_of(
+        st.none(), st.binary(max_size=80), json_values.map(lambda v: json.dumps(v).encode())
+    ),
+)
+def test_health_probe_always_classifies(
+    spec: object, status: int | None, body: bytes | None
+) -> None:
+    health = spec.classify_health(status, body)  # type: ignore[attr-defined]
+    assert health in set(Health)
+    if status is not None and not 200 <= status < 300 and status != 503:
+        assert health is Health.UNHEALTHY
+
+
+PRINTABLE = st.characters(exclude_categories=("Cc", "Cs"))
+launch_st = st.builds(
+    LaunchConfig,
+    model=st.text(alphabet=PRINTABLE, min_size=1, max_size=20),
+    port=st.integers(min_value=1, max_value=65535),
+    tensor_parallel=st.integers(min_value=1, max_value=8),
+    pipeline_parallel=st.integers(min_value=1, max_value=4),
+    context_len=st.one_of(st.none(), st.integers(min_value=1, max_value=1 << 20)),
+    gpu_mem_fraction=st.one_of(st.none(), st.floats(min_value=0.01, max_value=1.0)),
+    max_num_seqs=st.one_of(st.none(), st.integers(min_value=1, max_value=1024)),
+    api_key=st.one_of(st.none(), st.text(alphabet=PRINTABLE, min_size=1, max_size=12)),
+    extra_args=st.lists(st.text(alphabet=PRINTABLE, max_size=8), max_size=3).map(tuple),
+)
+
+
+@SETTINGS
+@given(
+    spec=spec_st,
+    cfg=st.one_of(launch_st, st.just(LaunchConfig(model="m"))),
+    platform=st.sampled_from(["nvidia", "jetson", "cpu"]),
+)
+def test_launch_rendering_refuses_clearly_or_yields_a_safe_env(
+    spec: object, cfg: LaunchConfig, platform: str
+) -> None:
+    try:
+        args = spec.command_args(cfg)  # type: ignore[attr-defined]
+        env = spec.compose_env(cfg, deployment_id="d", node="n", platform=platform)  # type: ignore[attr-defined]
+    except ValueError as exc:  # UnsupportedOption, unsafe characters, no such platform
+        assert str(exc)
+        return
+    assert all(isinstance(a, str) for a in args)
+    text = env_file_text(env)
+    assert text.count("\n") == len(env)  # one line per variable: nothing smuggled in
