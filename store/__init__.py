@@ -9,6 +9,7 @@ one SQLite file (sqlite-utils), written by one thread, read off the TUI's loop.
 
 from store.aio import AsyncStore
 from store.errors import RunNotFoundError, StoreError, StoreVersionError, StoreWriteError
+from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
 from store.maintenance import PruneResult
 from store.models import (
     Comparison,
@@ -28,9 +29,13 @@ __all__ = [
     "AsyncStore",
     "Comparison",
     "ComparisonRow",
+    "DeploymentInfo",
     "EngineRow",
+    "EventInfo",
+    "GpuPoint",
     "GpuRow",
     "LevelRow",
+    "NodeInfo",
     "PruneResult",
     "Regression",
     "RunInfo",

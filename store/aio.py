@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engines.loadgen.records import LevelSummary, RequestRecord
+from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
 from store.maintenance import PruneResult
 from store.models import Comparison, LevelRow, Regression, RunInfo, TelemetryRow
 from store.store import Store
@@ -75,6 +76,22 @@ class AsyncStore:
 
     async def requests(self, run_id: str) -> list[RequestRecord]:
         return await asyncio.to_thread(lambda: list(self.store.iter_requests(run_id)))
+
+    async def nodes(self) -> list[NodeInfo]:
+        return await asyncio.to_thread(self.store.nodes)
+
+    async def deployments(self, node: str | None = None) -> list[DeploymentInfo]:
+        return await asyncio.to_thread(self.store.deployments, node)
+
+    async def events(
+        self, node: str | None = None, since: float | None = None, limit: int = 200
+    ) -> list[EventInfo]:
+        return await asyncio.to_thread(self.store.events, node, since, limit)
+
+    async def gpu_series(
+        self, node: str, gpu_index: int, start: float, end: float
+    ) -> list[GpuPoint]:
+        return await asyncio.to_thread(self.store.gpu_series, node, gpu_index, start, end)
 
     async def delete_run(self, run_id: str) -> int:
         return await asyncio.to_thread(self.store.delete_run, run_id)

@@ -8,7 +8,6 @@ them through ``AsyncStore`` from an event loop so they run off it.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -21,16 +20,14 @@ from typing import Any
 from engines.loadgen.records import LevelSummary, RequestRecord
 from store import maintenance, queries
 from store.errors import StoreError, StoreWriteError
+from store.fleet import FleetMixin, dumps
 from store.models import (
     INSERT_LEVEL,
     INSERT_REQUEST,
     Comparison,
-    EngineRow,
-    GpuRow,
     LevelRow,
     Regression,
     RunInfo,
-    TelemetryRow,
     level_to_row,
     request_to_row,
 )
@@ -38,16 +35,6 @@ from store.schema import migrate
 from store.writer import Writer
 
 MEMORY = ":memory:"
-
-_INSERT_GPU = (
-    "INSERT INTO gpu_samples (node, ts, gpu_index, util_pct, mem_used_bytes, power_w, energy_j, "
-    "temp_c, sm_clock_mhz) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_INSERT_ENGINE = (
-    "INSERT INTO engine_samples (node, ts, engine_id, engine_kind, kv_cache_usage, "
-    "requests_running, requests_waiting, prompt_tok_s, generation_tok_s, ttft_p50_s, itl_p50_s) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 
 
 def default_db_path() -> Path:
@@ -59,11 +46,7 @@ def default_db_path() -> Path:
     return Path(base) / "infer-top" / "infer-top.db"
 
 
-def _dumps(value: Mapping[str, Any] | Sequence[Any] | None) -> str | None:
-    return None if value is None else json.dumps(value, sort_keys=True, default=str)
-
-
-class Store:
+class Store(FleetMixin):
     def __init__(
         self,
         path: Path | str,
@@ -75,7 +58,8 @@ class Store:
         self.path = path
         self.memory = str(path) == MEMORY
         if not self.memory:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # Private by default: run data can name hosts, models and prompts.
+            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         conn = self._connect(busy_timeout_s)
         try:
             self.version_before = migrate(conn, path)
@@ -100,7 +84,8 @@ class Store:
         self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
         if max_db_bytes is not None:
             conn.execute(f"PRAGMA max_page_count = {max(1, max_db_bytes // self._page_size)}")
-        self._writer = Writer(conn, self._write_lock, on_error)
+        # A ":memory:" store's one connection is closed with the read side.
+        self._writer = Writer(conn, self._write_lock, on_error, owns_conn=not self.memory)
 
     def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
         conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, check_same_thread=False)
@@ -130,9 +115,9 @@ class Store:
             engine_kind,
             node,
             deployment_id,
-            _dumps(profile or {}),
-            _dumps(workload or {}),
-            _dumps(software_versions or {}),
+            dumps(profile or {}),
+            dumps(workload or {}),
+            dumps(software_versions or {}),
             int(simulated),
             "running",
             time.time() if created_at is None else created_at,
@@ -146,7 +131,7 @@ class Store:
         return run_id
 
     def add_request(self, record: RequestRecord) -> None:
-        self._writer.put_rows(INSERT_REQUEST, [request_to_row(record)])
+        self._writer.put_row(INSERT_REQUEST, request_to_row(record))
 
     def add_requests(self, records: Iterable[RequestRecord]) -> None:
         self._writer.put_rows(INSERT_REQUEST, [request_to_row(r) for r in records])
@@ -160,100 +145,6 @@ class Store:
             [(status, time.time() if at is None else at, run_id)],
         )
 
-    def add_telemetry(self, rows: Iterable[TelemetryRow]) -> None:
-        gpu: list[tuple[Any, ...]] = []
-        engine: list[tuple[Any, ...]] = []
-        for r in rows:
-            if isinstance(r, GpuRow):
-                gpu.append(
-                    (r.node, r.ts, r.gpu_index, r.util_pct, r.mem_used_bytes, r.power_w,
-                     r.energy_j, r.temp_c, r.sm_clock_mhz)
-                )  # fmt: skip
-            elif isinstance(r, EngineRow):
-                engine.append(
-                    (r.node, r.ts, r.engine_id, r.engine_kind, r.kv_cache_usage,
-                     r.requests_running, r.requests_waiting, r.prompt_tok_s,
-                     r.generation_tok_s, r.ttft_p50_s, r.itl_p50_s)
-                )  # fmt: skip
-            else:
-                raise TypeError(f"add_telemetry takes GpuRow / EngineRow, not {type(r).__name__}")
-        if gpu:
-            self._writer.put_rows(_INSERT_GPU, gpu)
-        if engine:
-            self._writer.put_rows(_INSERT_ENGINE, engine)
-
-    def add_event(
-        self,
-        node: str,
-        kind: str,
-        deployment_id: str | None = None,
-        message: str | None = None,
-        ts: float | None = None,
-    ) -> None:
-        """kind: start | healthy | crash | swap | stop | ... (free text, short)."""
-        self._writer.put_rows(
-            "INSERT INTO events (ts, node, kind, deployment_id, message) VALUES (?, ?, ?, ?, ?)",
-            [(time.time() if ts is None else ts, node, kind, deployment_id, message)],
-        )
-
-    def upsert_node(
-        self,
-        name: str,
-        *,
-        platform: str | None = None,
-        address: str | None = None,
-        gpus: Sequence[str] | None = None,
-        unified_memory: bool = False,
-        seen_at: float | None = None,
-    ) -> None:
-        ts = time.time() if seen_at is None else seen_at
-        self._writer.put_rows(
-            "INSERT INTO nodes (name, platform, address, gpus_json, unified_memory, first_seen, "
-            "last_seen) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-            "platform = coalesce(excluded.platform, platform), "
-            "address = coalesce(excluded.address, address), "
-            "gpus_json = coalesce(excluded.gpus_json, gpus_json), "
-            "unified_memory = excluded.unified_memory, last_seen = excluded.last_seen",
-            [(name, platform, address, _dumps(gpus), int(unified_memory), ts, ts)],
-        )
-
-    def add_deployment(
-        self,
-        *,
-        node: str,
-        engine_kind: str,
-        image: str | None = None,
-        launch_config: Mapping[str, Any] | None = None,
-        gpus: Sequence[int] | None = None,
-        simulated: bool = False,
-        started_at: float | None = None,
-        deployment_id: str | None = None,
-    ) -> str:
-        deployment_id = deployment_id or uuid.uuid4().hex[:12]
-        self._writer.put_rows(
-            "INSERT OR REPLACE INTO deployments (id, node, engine_kind, image, launch_config_json, "
-            "gpus_json, started_at, simulated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    deployment_id,
-                    node,
-                    engine_kind,
-                    image,
-                    _dumps(launch_config or {}),
-                    _dumps(list(gpus) if gpus is not None else None),
-                    time.time() if started_at is None else started_at,
-                    int(simulated),
-                )
-            ],
-        )
-        return deployment_id
-
-    def stop_deployment(self, deployment_id: str, at: float | None = None) -> None:
-        self._writer.put_rows(
-            "UPDATE deployments SET stopped_at = ? WHERE id = ?",
-            [(time.time() if at is None else at, deployment_id)],
-        )
-
     def flush(self, timeout_s: float | None = 30.0) -> None:
         """Block until everything queued so far is committed; raises StoreWriteError."""
         self._writer.flush(timeout_s)
@@ -264,9 +155,6 @@ class Store:
         finally:
             with self._read_lock:
                 self._read_conn.close()
-            if not self.memory:
-                # The writer thread has stopped; its connection is ours now.
-                self._writer._conn.close()
 
     def __enter__(self) -> Store:
         return self

@@ -56,8 +56,11 @@ class Writer:
         conn: sqlite3.Connection,
         lock: threading.Lock,
         on_error: Callable[[StoreWriteError], None] | None = None,
+        *,
+        owns_conn: bool = True,
     ) -> None:
         self._conn = conn
+        self._owns_conn = owns_conn
         self._lock = lock  # shared with readers only for a ":memory:" store
         self._on_error = on_error
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -78,6 +81,12 @@ class Writer:
         if self._closed:
             raise StoreWriteError("the store is closed; open it again to write")
         self._queue.put(_Rows(sql, rows))
+
+    def put_row(self, sql: str, row: tuple[Any, ...]) -> None:
+        """One row: the hot path (a plain pair on the queue, no allocation more)."""
+        if self._closed:
+            raise StoreWriteError("the store is closed; open it again to write")
+        self._queue.put((sql, row))
 
     def call(self, fn: Callable[[sqlite3.Connection], Any]) -> Future[Any]:
         """Run ``fn(conn)`` on the writer thread after everything queued before it."""
@@ -111,6 +120,9 @@ class Writer:
         self._closed = True
         self._queue.put(_STOP)
         self._thread.join(timeout_s)
+        if self._owns_conn and not self._thread.is_alive():
+            with self._lock:
+                self._conn.close()
         if error is not None:
             raise StoreWriteError(
                 f"closing the store left {error.unsaved} rows unwritten: {error}",
@@ -131,30 +143,38 @@ class Writer:
                 item = self._queue.get(timeout=backoff_s if self._held else None)
             except queue.Empty:
                 item = None
-            items = [] if item is None else [item]
-            rows = sum(len(i.rows) for i in items if isinstance(i, _Rows))
-            while rows < MAX_BATCH_ROWS:
+            barriers: list[Any] = []
+            rows = 0
+            get = self._queue.get_nowait
+            held = self._held
+            while item is not None:
+                # One executemany per run of rows with the same statement.
+                if type(item) is tuple:
+                    sql, row = item
+                    if held and held[-1].sql is sql:
+                        held[-1].rows.append(row)
+                    else:
+                        held.append(_Rows(sql, [row]))
+                    rows += 1
+                elif isinstance(item, _Rows):
+                    if held and held[-1].sql is item.sql:
+                        held[-1].rows.extend(item.rows)
+                    else:
+                        held.append(_Rows(item.sql, list(item.rows)))
+                    rows += len(item.rows)
+                else:
+                    barriers.append(item)
+                    break  # commit what came before it first
+                if rows >= MAX_BATCH_ROWS:
+                    break
                 try:
-                    nxt = self._queue.get_nowait()
+                    item = get()
                 except queue.Empty:
                     break
-                items.append(nxt)
-                if isinstance(nxt, _Rows):
-                    rows += len(nxt.rows)
-                else:
-                    break  # a barrier: commit what came before it first
-            for it in items:
-                if isinstance(it, _Rows):
-                    # One executemany per run of rows with the same statement:
-                    # add_request() enqueues rows one at a time.
-                    if self._held and self._held[-1].sql == it.sql:
-                        self._held[-1].rows.extend(it.rows)
-                    else:
-                        self._held.append(_Rows(it.sql, list(it.rows)))
-                    self._held_count += len(it.rows)
+            self._held_count += rows
             ok = self._commit_held()
             backoff_s = 0.05 if ok else min(backoff_s * 2, RETRY_MAX_S)
-            for it in items:
+            for it in barriers:
                 if isinstance(it, _Call):
                     self._run_call(it)
                 elif isinstance(it, _Flush):
@@ -194,9 +214,17 @@ class Writer:
         if not self._held:
             return True
         try:
-            with self._lock:
-                self._transaction(self._held)
-        except (sqlite3.OperationalError, MemoryError) as exc:
+            try:
+                with self._lock:
+                    self._transaction(self._held)
+            except (sqlite3.OperationalError, MemoryError):
+                raise
+            except sqlite3.Error:
+                # A value SQLite refuses would fail every retry: find those
+                # rows and set them aside, keep the rest.
+                with self._lock:
+                    self._transaction(self._held, one_by_one=True)
+        except Exception as exc:
             # Full disk, locked DB, I/O error: may pass; keep the rows.
             self._report(
                 StoreWriteError(
@@ -208,11 +236,6 @@ class Writer:
                 )
             )
             return False
-        except sqlite3.Error:
-            # A value SQLite refuses would fail every retry: find those rows
-            # and set them aside, keep the rest.
-            with self._lock:
-                self._transaction(self._held, one_by_one=True)
         self._held.clear()
         self._held_count = 0
         self._last_error = None
@@ -220,6 +243,7 @@ class Writer:
 
     def _transaction(self, batches: list[_Rows], one_by_one: bool = False) -> None:
         conn = self._conn
+        refused: list[tuple[str, tuple[Any, ...], str]] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
             for batch in batches:
@@ -232,17 +256,18 @@ class Writer:
                     except sqlite3.OperationalError:
                         raise
                     except sqlite3.Error as exc:
-                        self.rejected.append((batch.sql, row, str(exc)))
+                        refused.append((batch.sql, row, str(exc)))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        if one_by_one and len(self.rejected) > self._rejected_raised:
+        if refused:
+            self.rejected.extend(refused)
             self._report(
                 StoreWriteError(
                     f"rows had values SQLite refused and were set aside "
-                    f"(last: {self.rejected[-1][2]}); see Store.rejected",
+                    f"(last: {refused[-1][2]}); see Store.rejected",
                     rejected=len(self.rejected),
                 )
             )
