@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agents.keys import AUDIT, MANAGER, NODE_INFO, REGISTRY, SAMPLER
+from agents.keys import AUDIT, MANAGER, NODE_INFO, REGISTRY, SAMPLER, SOCKETS
 from agents.manager import ManagerError
 from agents.protocol import frame_to_dict, to_dict
 from agents.security import PolicyError
@@ -62,17 +64,34 @@ async def telemetry(request: web.Request) -> web.Response:
 async def _stream_ws(request: web.Request, items: AsyncIterator[Any]) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(heartbeat=20)
     await ws.prepare(request)
-    try:
+    sockets = request.app[SOCKETS]
+    sockets.add(ws)
+
+    async def pump() -> None:
         async for item in items:
-            if ws.closed:
-                break
             await ws.send_str(json.dumps(asdict(item), default=str))
-    except (ConnectionResetError, RuntimeError):
-        pass  # the client went away
+
+    sender = asyncio.get_running_loop().create_task(pump())
+    try:
+        # Reading is how a close from the client (or the agent's shutdown) is noticed
+        # while no item is due; the sender alone would wait on the next one.
+        async for _ in ws:
+            pass
     finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionResetError, RuntimeError):
+            await sender
         await items.aclose()  # type: ignore[attr-defined]
+        sockets.discard(ws)
         await ws.close()
     return ws
+
+
+async def close_sockets(app: web.Application) -> None:
+    """On shutdown: close open streams so the server need not wait for them."""
+    sockets: set[web.WebSocketResponse] = app[SOCKETS]
+    for ws in list(sockets):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"agent shutting down")
 
 
 async def telemetry_stream(request: web.Request) -> web.WebSocketResponse:
@@ -172,9 +191,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
     try:
         async for line in manager.logs(dep_id, tail, follow):
             await response.write((line.rstrip("\n") + "\n").encode())
+        await response.write_eof()
     except ConnectionResetError:
-        pass
-    await response.write_eof()
+        pass  # the reader went away (a closed "follow")
     return response
 
 
@@ -194,6 +213,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app[SOCKETS] = set()
+    app.on_shutdown.append(close_sockets)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/node", node)
     app.router.add_get("/v1/telemetry", telemetry)
