@@ -106,9 +106,14 @@ def build_app(sim: SimServer) -> web.Application:
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"version": p.engine_version, "infer_top_simulated": True})
 
-    async def ground_truth(_: web.Request) -> web.Response:
+    async def ground_truth(request: web.Request) -> web.Response:
         traces = [trace_json(t) for t in sim.ground_truth(clock="epoch")]
-        return web.json_response({"profile": p.name, "simulated": True, "traces": traces})
+        lag = sim.max_lag_s
+        if request.query.get("reset_lag") == "1":
+            sim.max_lag_s = 0.0
+        body = {"profile": p.name, "simulated": True, "time_scale": sim.time_scale,
+                "max_lag_s": lag, "traces": traces}  # fmt: skip
+        return web.json_response(body)
 
     r = app.router
     r.add_get("/v1/models", models)

@@ -267,33 +267,43 @@ class SimServer:
         shaper = Shaper(req.api, rid, model, int(time.time()), p.kind == "llamacpp")
         ollama = req.api.startswith("ollama")
         resp: web.StreamResponse | None = None
+        # One serialisation per response; each token only splices its text in.
+        marker = _MARKER
+        sample = ollama_line(req.api, model, marker) if ollama else shaper.token(marker)
+        head, tail = _encode(sample, ollama).split(json.dumps(marker).encode())
+        buf = bytearray()
         sent = 0
-        while True:
-            kind, index = await live.queue.get()
-            if kind == "end":
-                break
-            if resp is None and req.stream:
-                resp = await self._open_stream(request, ollama)
-                role = shaper.role()
-                if role is not None and not ollama:
-                    await self._sse(resp, role)
-            if resp is not None:
-                if ollama:
-                    await self._ndjson(resp, ollama_line(req.api, model, words[index]))
-                else:
-                    await self._sse(resp, shaper.token(words[index]))
-            sent += 1
-            if live.faults.stall_after_tokens == sent:
-                self._notes[rid] = f"fault: stalled {self.faults.stall_s}s after {sent} tokens"
-                await asyncio.sleep(self.faults.stall_s)
-            if live.faults.drop_after_tokens == sent:
-                self._notes[rid] = f"fault: connection dropped after {sent} tokens"
-                aborted = self.sched.abort(rid, self.vnow(), "fault: dropped")
-                if aborted is not None:
-                    self._finish(aborted)
-                if request.transport is not None:
-                    request.transport.abort()
-                return resp or web.Response(status=500)
+        ended = False
+        while not ended:
+            events = [await live.queue.get()]
+            while not live.queue.empty():  # a late reader catches up in one write
+                events.append(live.queue.get_nowait())
+            for kind, index in events:
+                if kind == "end":
+                    ended = True
+                    break
+                if resp is None and req.stream:
+                    resp = await self._open_stream(request, ollama)
+                    role = shaper.role()
+                    if role is not None and not ollama:
+                        buf += _encode(role, ollama)
+                if resp is not None:
+                    buf += head + json.dumps(words[index]).encode() + tail
+                sent += 1
+                if live.faults.stall_after_tokens == sent:
+                    await _flush(resp, buf)
+                    self._notes[rid] = f"fault: stalled {self.faults.stall_s}s after {sent} tokens"
+                    await asyncio.sleep(self.faults.stall_s)
+                if live.faults.drop_after_tokens == sent:
+                    await _flush(resp, buf)
+                    self._notes[rid] = f"fault: connection dropped after {sent} tokens"
+                    aborted = self.sched.abort(rid, self.vnow(), "fault: dropped")
+                    if aborted is not None:
+                        self._finish(aborted)
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return resp or web.Response(status=500)
+            await _flush(resp, buf)
         trace = live.ended
         assert trace is not None
         if trace.outcome != "ok":
@@ -372,8 +382,23 @@ class SimServer:
 
     @staticmethod
     async def _sse(resp: web.StreamResponse, obj: object) -> None:
-        await resp.write(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+        await resp.write(_encode(obj, False))
 
     @staticmethod
     async def _ndjson(resp: web.StreamResponse, obj: object) -> None:
-        await resp.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+        await resp.write(_encode(obj, True))
+
+
+_MARKER = "\ue000sim-token\ue000"
+
+
+def _encode(obj: object, ollama: bool) -> bytes:
+    """One SSE event (``data: ...``) or, for Ollama's native API, one NDJSON line."""
+    text = json.dumps(obj, separators=(",", ":")).encode()
+    return text + b"\n" if ollama else b"data: " + text + b"\n\n"
+
+
+async def _flush(resp: web.StreamResponse | None, buf: bytearray) -> None:
+    if resp is not None and buf:
+        await resp.write(bytes(buf))
+        buf.clear()
