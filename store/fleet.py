@@ -78,6 +78,7 @@ class GpuPoint:
 class FleetMixin:
     _writer: Writer
     _read: Callable[..., Any]
+    _maybe_prune: Callable[[], None]
 
     def add_telemetry(self, rows: Iterable[TelemetryRow]) -> None:
         gpu: list[tuple[Any, ...]] = []
@@ -100,6 +101,7 @@ class FleetMixin:
             self._writer.put_rows(_INSERT_GPU, gpu)
         if engine:
             self._writer.put_rows(_INSERT_ENGINE, engine)
+        self._maybe_prune()
 
     def add_event(
         self,

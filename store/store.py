@@ -8,12 +8,14 @@ them through ``AsyncStore`` from an event loop so they run off it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,12 @@ from store.models import (
 from store.schema import migrate
 from store.writer import Writer
 
+log = logging.getLogger(__name__)
+
 MEMORY = ":memory:"
+DEFAULT_TELEMETRY_RETENTION_S = 7 * 86400.0
+DEFAULT_HISTORY_RETENTION_S = 365 * 86400.0
+RETENTION_CHECK_S = 3600.0
 
 
 def default_db_path() -> Path:
@@ -54,8 +61,16 @@ class Store(FleetMixin):
         busy_timeout_s: float = 5.0,
         max_db_bytes: int | None = None,
         on_error: Callable[[StoreWriteError], None] | None = None,
+        telemetry_retention_s: float | None = DEFAULT_TELEMETRY_RETENTION_S,
+        history_retention_s: float | None = DEFAULT_HISTORY_RETENTION_S,
     ) -> None:
+        """``telemetry_retention_s``: per-second samples taken outside runs are
+        folded into per-minute history once older than this (checked hourly
+        while telemetry comes in; None keeps them all); per-minute history is
+        deleted after ``history_retention_s`` (None keeps it)."""
         self.path = path
+        self._retention = (telemetry_retention_s, history_retention_s)
+        self._next_prune = 0.0
         self.memory = str(path) == MEMORY
         if not self.memory:
             # Private by default: run data can name hosts, models and prompts.
@@ -184,12 +199,24 @@ class Store(FleetMixin):
         """Retention: per-second samples outside runs older than ``older_than_s``
         become per-minute history; history older than ``history_older_than_s``
         (if given) is deleted."""
+        result: maintenance.PruneResult = self._prune(older_than_s, history_older_than_s).result()
+        return result
+
+    def _prune(self, older_than_s: float, history_older_than_s: float | None) -> Future[Any]:
         now = time.time()
         history = None if history_older_than_s is None else now - history_older_than_s
-        result: maintenance.PruneResult = self._writer.call(
+        return self._writer.call(
             lambda c: maintenance.prune_telemetry(c, now - older_than_s, now, history)
-        ).result()
-        return result
+        )
+
+    def _maybe_prune(self) -> None:
+        """The configured retention, at most hourly, without waiting for it."""
+        telemetry_s, history_s = self._retention
+        now = time.monotonic()
+        if telemetry_s is None or now < self._next_prune:
+            return
+        self._next_prune = now + RETENTION_CHECK_S
+        self._prune(telemetry_s, history_s).add_done_callback(_log_failure)
 
     def vacuum(self) -> tuple[int, int]:
         """VACUUM the file; returns (bytes before, bytes after)."""
@@ -259,6 +286,12 @@ class Store(FleetMixin):
         """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
         rows = self._read(lambda c: c.execute("PRAGMA integrity_check").fetchall())
         return "\n".join(str(r[0]) for r in rows)
+
+
+def _log_failure(future: Future[Any]) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.error("telemetry retention failed: %s", exc)
 
 
 def open_store(path: Path | str | None = None, **options: Any) -> Store:

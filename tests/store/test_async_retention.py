@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from store import AsyncStore, EngineRow, GpuRow, Store, open_store
+from store import AsyncStore, EngineRow, GpuRow, open_store
 from tests.store.conftest import record, summary_from_h200
 
 
@@ -65,7 +65,8 @@ def _samples(node: str, start: float, n: int) -> list[GpuRow | EngineRow]:
     return rows
 
 
-def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history(mem_store: Store) -> None:
+def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history() -> None:
+    mem_store = open_store(":memory:", telemetry_retention_s=None)  # prune by hand here
     now = time.time()
     old = now - 10 * 86400
     minute = (old // 60) * 60
@@ -90,6 +91,7 @@ def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history(mem_sto
     # Run again later: nothing new to fold; history itself ages out when asked.
     again = mem_store.prune_telemetry(older_than_s=7 * 86400, history_older_than_s=8 * 86400)
     assert again.gpu_samples_deleted == 0 and again.history_rows_deleted == 2
+    mem_store.close()
 
 
 def test_vacuum_shrinks_the_file_after_a_delete(tmp_path: Path) -> None:
@@ -102,3 +104,19 @@ def test_vacuum_shrinks_the_file_after_a_delete(tmp_path: Path) -> None:
     assert after < before / 4
     assert st.list_runs() == []
     st.close()
+
+
+def test_configured_retention_runs_while_telemetry_comes_in(tmp_path: Path) -> None:
+    st = open_store(tmp_path / "r.db", telemetry_retention_s=86400, history_retention_s=None)
+    two_days_ago = (time.time() - 2 * 86400) // 60 * 60
+    st.add_telemetry(_samples("n1", two_days_ago, 30))
+    st.add_telemetry(_samples("n1", time.time() - 5, 1))  # the hourly check already ran
+    st.flush()
+    points = st.gpu_series("n1", 0, two_days_ago - 1, time.time())
+    assert [p.samples for p in points] == [30, 1]
+    st.close()
+    keep_all = open_store(tmp_path / "k.db", telemetry_retention_s=None)
+    keep_all.add_telemetry(_samples("n1", two_days_ago, 30))
+    keep_all.flush()
+    assert len(keep_all.gpu_series("n1", 0, two_days_ago - 1, time.time())) == 30
+    keep_all.close()
