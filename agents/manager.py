@@ -20,7 +20,7 @@ from agents.config import AgentConfig
 from agents.protocol import AgentEvent, EngineTelemetry
 from agents.runtime import Deployment, Runtime, RuntimeError_
 from agents.security import check_start_request
-from agents.specs import get_spec, launch_config
+from agents.specs import UnknownEngine, get_spec, launch_config
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,15 @@ class EngineManager:
         async def one(dep: Deployment) -> EngineTelemetry:
             sample = None
             if dep.state in _RUNNING:
-                sample = await self.scraper.sample(dep, get_spec(dep.kind))
+                try:
+                    sample = await self.scraper.sample(dep, get_spec(dep.kind))
+                except UnknownEngine:  # adopted from labels only: health, no metrics
+                    sample = None
+                if sample is None and dep.state == "ready":
+                    # No answer: where no event stream reports exits, this is how one shows.
+                    status = await self.runtime_for(dep).status(dep)
+                    if status != "running":
+                        self._exited(dep.id, f"the engine is {status} (found by polling)")
             return self.scraper.telemetry(dep, sample)
 
         return tuple(await asyncio.gather(*(one(d) for d in deps)))

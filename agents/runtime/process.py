@@ -45,6 +45,7 @@ class ProcessRuntime:
         self.state = state
         self.log_dir = config.state_dir / "logs"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._adopted: dict[str, Deployment] = {}
 
     def log_path(self, dep: Deployment) -> Path:
         return self.log_dir / f"{dep.id}.log"
@@ -105,6 +106,7 @@ class ProcessRuntime:
             if self._alive(dep):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
+        self._adopted.pop(dep.id, None)
         proc = self._procs.pop(dep.id, None)
         if proc is not None:
             await asyncio.to_thread(proc.wait)
@@ -133,7 +135,9 @@ class ProcessRuntime:
         out = []
         for record in self.state.all(self.name):
             if record.get("pid") and _same_process(int(record["pid"]), record):
-                out.append(deployment_from_record(record))
+                dep = deployment_from_record(record)
+                self._adopted[dep.id] = dep
+                out.append(dep)
         return out
 
     def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
@@ -144,6 +148,11 @@ class ProcessRuntime:
                     if code is not None and known.get(dep_id) is None:
                         known[dep_id] = code
                         on_exit(dep_id, f"process {proc.pid} exited (code {code})")
+                # Not our children (an earlier agent started them): is the pid still theirs?
+                for dep_id, dep in list(self._adopted.items()):
+                    if not self._alive(dep):
+                        del self._adopted[dep_id]
+                        on_exit(dep_id, f"adopted process {self._pid(dep)} is gone")
                 await asyncio.sleep(0.5)
 
         task = asyncio.get_running_loop().create_task(poll({}), name="process-watch")

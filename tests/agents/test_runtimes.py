@@ -1,0 +1,88 @@
+"""The process runtime with the rig's real llama-server binary, and simulated
+engines (engines.sim) through the same manager."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agents.client import AgentClient, AgentError
+from agents.config import AgentConfig
+from agents.embedded import embedded_agent
+
+
+@pytest.mark.docker  # the rig fixture (llama-server binary, tiny model) comes with the rig
+async def test_native_llama_server_lifecycle_and_adoption(
+    rig: object, make_config: Callable[..., AgentConfig]
+) -> None:
+    model: Path = rig.tiny_model  # type: ignore[attr-defined]
+    config = make_config(
+        native_binaries={"llamacpp": rig.llama_server_bin},  # type: ignore[attr-defined]
+        model_dirs=(model.parent,),
+        adopt_on_start=True,
+    )
+    launch = {"model": str(model), "max_num_seqs": 1, "context_len": 128}
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("llamacpp", launch, runtime="process")
+        assert (engine.runtime, engine.health) == ("process", "healthy"), engine.message
+        lines = [line async for line in client.logs(engine.id, tail=200)]
+        assert any("listening" in line for line in lines)
+        frame = await client.snapshot()
+        assert any(e.id == engine.id for e in frame.engines)
+    # The agent is gone; the engine (its own session) is not, and comes back with its id.
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        (adopted,) = await client.engines()
+        assert (adopted.id, adopted.runtime, adopted.port) == (engine.id, "process", engine.port)
+        pid = int(
+            (config.state_dir / "deployments" / f"{engine.id}.json")
+            .read_text()
+            .split('"pid": ')[1]
+            .split(",")[0]
+        )
+        events = client.events(since_seq=0)
+        assert (await anext(events)).kind == "adopted"
+        os.kill(pid, signal.SIGKILL)
+        crashed = await asyncio.wait_for(anext(events), timeout=5)
+        assert (crashed.kind, crashed.engine_id) == ("crashed", engine.id)
+        await events.aclose()
+        await client.stop(engine.id)
+        assert await client.engines() == []
+
+
+async def test_native_model_outside_model_dirs_is_refused(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    config = make_config(
+        native_binaries={"llamacpp": Path("/usr/bin/true")}, model_dirs=(tmp_path / "models",)
+    )
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        with pytest.raises(AgentError) as info:
+            await client.start("llamacpp", {"model": "/etc/shadow"}, runtime="process")
+        assert info.value.status == 403 and "outside the model directories" in info.value.message
+
+
+async def test_simulated_engine_shows_in_frames_marked_simulated(agent: tuple) -> None:
+    _, client = agent
+    engine = await client.start("sim", {"profile": "h100-llama2-7b-vllm"})
+    assert engine.simulated and engine.kind == "vllm" and engine.health == "healthy"
+    async for frame in client.stream():
+        sims = [e for e in frame.engines if e.id == engine.id]
+        if sims and sims[0].kv_cache_usage is not None:
+            break
+    assert sims[0].simulated and sims[0].requests_running == 0
+    stopped = await client.stop(engine.id)
+    assert stopped.state == "stopped"
+    kinds = [e.kind for e in await client.recent_events()]
+    assert kinds == ["starting", "started", "healthy", "stopped"]
+
+
+async def test_unknown_sim_profile_is_a_clear_error(agent: tuple) -> None:
+    _, client = agent
+    with pytest.raises(AgentError) as info:
+        await client.start("sim", {"profile": "no-such-profile"})
+    assert info.value.status == 400 and "no-such-profile" in info.value.message
