@@ -9,13 +9,15 @@ Everything produced here is labelled simulated: ``/v1/models`` owned_by
 
 from engines.sim.app import RunningSim, build_app, start_sim
 from engines.sim.faults import FaultConfig
+from engines.sim.labels import OWNED_BY, SIM_HEADER, SIMULATED_METRIC, is_simulated
 from engines.sim.profile import ProfileError, SimProfile, list_profiles, load_profile
 from engines.sim.scheduler import Arrival, Outcome, RequestTrace, Scheduler
-from engines.sim.server import OWNED_BY, SIM_HEADER, SimServer
+from engines.sim.server import SimServer
 from engines.sim.simulate import simulate, simulate_closed_loop
 
 __all__ = [
     "OWNED_BY",
+    "SIMULATED_METRIC",
     "SIM_HEADER",
     "Arrival",
     "FaultConfig",
@@ -27,6 +29,7 @@ __all__ = [
     "SimProfile",
     "SimServer",
     "build_app",
+    "is_simulated",
     "list_profiles",
     "load_profile",
     "simulate",

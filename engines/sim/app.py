@@ -20,9 +20,10 @@ from aiohttp import web
 
 from engines.sim import dialects, introspect
 from engines.sim.faults import FaultConfig
+from engines.sim.labels import OWNED_BY, SIM_HEADER
 from engines.sim.profile import SimProfile, load_profile
 from engines.sim.scheduler import RequestTrace
-from engines.sim.server import OWNED_BY, SIM_HEADER, SimServer
+from engines.sim.server import SimServer
 
 BIND_LATE = frozenset({"vllm", "trtllm", "tgi", "lmdeploy"})
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

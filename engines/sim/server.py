@@ -34,8 +34,6 @@ from engines.sim.profile import SimProfile
 from engines.sim.scheduler import Arrival, RequestTrace, Scheduler, StepResult
 from engines.sim.textgen import LengthPlan, block_hashes, output_words, plan_output
 
-SIM_HEADER = "X-Infer-Top-Simulated"
-OWNED_BY = "infer-top-sim"
 # Engines that answer 404 for a model name they do not serve; the others ignore it.
 STRICT_MODEL_NAME = frozenset({"vllm", "trtllm", "lmdeploy", "ollama"})
 
