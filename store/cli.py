@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from store.errors import StoreError
@@ -109,11 +110,11 @@ def _runs_table(runs: list[RunInfo]) -> Table:
     for r in runs:
         name = (r.name or "") + (" (simulated)" if r.simulated else "")
         t.add_row(
-            r.run_id,
-            name,
-            r.engine_kind or "-",
-            r.node or "-",
-            r.status,
+            escape(r.run_id),
+            escape(name),
+            escape(r.engine_kind or "-"),
+            escape(r.node or "-"),
+            escape(r.status),
             str(r.level_count),
             f"{r.request_count:,}",
             _when(r.created_at),
@@ -130,7 +131,7 @@ def _comparison_table(c: Comparison) -> Table:
     for r in c.rows:
         level = f"c={r.concurrency}" if r.concurrency is not None else f"{r.request_rate:g} req/s"
         t.add_row(
-            f"{r.label} [{r.run_id}]",
+            escape(f"{r.label} [{r.run_id}]"),
             level,
             _num(r.output_tok_s),
             _num(r.request_s, ",.2f"),
@@ -148,12 +149,16 @@ def _comparison_table(c: Comparison) -> Table:
 
 def _show(console: Console, st: Store, run_id: str) -> None:
     r = st.get_run(run_id)
-    console.print(f"[bold]{r.label}[/bold]  id {r.run_id}  status {r.status}")
-    console.print(f"engine {r.engine_kind or '-'} on {r.node or '-'}, deployment {r.deployment_id}")
+    console.print(
+        f"[bold]{escape(r.label)}[/bold]  id {escape(r.run_id)}  status {escape(r.status)}"
+    )
+    console.print(
+        escape(f"engine {r.engine_kind or '-'} on {r.node or '-'}, deployment {r.deployment_id}")
+    )
     console.print(f"created {_when(r.created_at)}, finished {_when(r.finished_at)}")
     for name, value in (("profile", r.profile), ("workload", r.workload)):
-        console.print(f"{name}: {value}")
-    console.print(f"software: {r.software_versions}")
+        console.print(escape(f"{name}: {value}"))
+    console.print(escape(f"software: {r.software_versions}"))
     if r.simulated:
         console.print("[yellow]simulated engine: figures are not measurements of real hardware")
     console.print(_comparison_table(st.compare([r.run_id])))
@@ -167,7 +172,7 @@ def _compare(console: Console, st: Store, args: argparse.Namespace) -> None:
         try:
             found = st.regressions(base.run_id, new.run_id, args.threshold)
         except StoreError as exc:
-            console.print(f"[dim]no regression check: {exc}")
+            console.print(f"[dim]no regression check: {escape(str(exc))}")
             return
         if not found:
             console.print(f"no metric got worse by more than {args.threshold:.0%}")
@@ -213,7 +218,9 @@ def run(args: argparse.Namespace) -> int:
                     engine_kind=args.engine, node=args.node, status=args.status, limit=args.limit
                 )
                 if not runs:
-                    console.print(f"no runs stored in {st.path}; `infer-top bench ...` makes one")
+                    console.print(
+                        escape(f"no runs stored in {st.path}; `infer-top bench ...` makes one")
+                    )
                 else:
                     console.print(_runs_table(runs))
             elif cmd == "show":
@@ -226,13 +233,13 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     with args.output.open("w", encoding="utf-8") as fh:
                         _export(st, args, fh)
-                    err.print(f"wrote {args.output}")
+                    err.print(escape(f"wrote {args.output}"))
             elif cmd == "delete":
                 n = st.delete_run(args.run)
-                console.print(f"deleted run {args.run} and its {n:,} requests")
+                console.print(escape(f"deleted run {args.run} and its {n:,} requests"))
             elif cmd == "vacuum":
                 before, after = st.vacuum()
-                console.print(f"vacuumed {st.path}: {before:,} -> {after:,} bytes")
+                console.print(escape(f"vacuumed {st.path}: {before:,} -> {after:,} bytes"))
             elif cmd == "prune":
                 res = st.prune_telemetry(args.older_than, args.history_older_than)
                 console.print(
@@ -241,9 +248,9 @@ def run(args: argparse.Namespace) -> int:
                     f"history rows written, {res.history_rows_deleted:,} deleted)"
                 )
     except StoreError as exc:
-        err.print(f"infer-top runs: {exc}")
+        err.print(escape(f"infer-top runs: {exc}"))
         return 2
     except OSError as exc:
-        err.print(f"infer-top runs: {exc}; check the path and its permissions")
+        err.print(escape(f"infer-top runs: {exc}; check the path and its permissions"))
         return 2
     return 0

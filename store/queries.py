@@ -258,8 +258,8 @@ def regressions(
     if diffs and not allow_different_config:
         raise StoreError(
             f"runs {base.run_id} and {new.run_id} differ in {', '.join(diffs)}, so a change "
-            "between them is not a regression of one configuration; compare them with "
-            "`infer-top runs compare` instead"
+            "between them is not a regression of one configuration; regressions compare two "
+            "runs of the same engine, profile and workload"
         )
     by_key = {r.level_key: r for r in comparison.rows if r.run_id == base.run_id}
     found: list[Regression] = []

@@ -156,3 +156,21 @@ def test_durations() -> None:
     assert parse_duration_s("1.5h") == 5400
     with pytest.raises(Exception, match="not a duration"):
         parse_duration_s("a week")
+
+
+def test_compare_of_one_configuration_lists_regressions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "reg.db"
+    with open_store(path) as st:
+        ids = []
+        for name, scale in (("[bold]before[/bold]", 1.0), ("after", 0.8)):
+            run_id = st.create_run(name=name, engine_kind="vllm", node="H100")
+            st.add_level(run_id, summary_from_h200(2, scale))
+            ids.append(run_id)
+    assert main(["runs", "--db", str(path), "compare", *ids]) == 0
+    out = capsys.readouterr().out
+    assert "regression c=64 output_tok_s: 1502 -> 1202 (-20.0%)" in out
+    assert f"[bold]before[/bold] [{ids[0]}]" in out  # names and ids are shown, not parsed
+    assert main(["runs", "--db", str(path), "compare", *ids, "--threshold", "0.5"]) == 0
+    assert "no metric got worse by more than 50%" in capsys.readouterr().out
