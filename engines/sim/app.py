@@ -162,6 +162,11 @@ class RunningSim:
         return f"http://{host}:{self.port}"
 
     @property
+    def max_lag_s(self) -> float:
+        """How far delivery has trailed the schedule (ground truth holds while this is small)."""
+        return self.server.max_lag_s
+
+    @property
     def crashed(self) -> bool:
         return self.server.crashed
 

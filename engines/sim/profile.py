@@ -80,6 +80,8 @@ class SimProfile:
     """Real seconds per simulated second (10 = ten times slower than the modelled engine)."""
     load_time_s: float = 0.0
     """Seconds of "loading model" after start (health answers as the engine does)."""
+    close_after_stream: bool = False
+    """Close the connection after a streamed response (llama-server does)."""
     simulated: bool = True
 
     def __post_init__(self) -> None:

@@ -192,7 +192,7 @@ class SimServer:
         return web.json_response(error_body(message, status, kind), status=status)
 
     async def generate(self, request: web.Request, api: str) -> web.StreamResponse:
-        if api.startswith("ollama"):
+        if self.profile.kind == "ollama":
             await self.loaded.wait()  # Ollama loads the model on demand: the request waits
         try:
             req = parse_request(api, await request.read())
@@ -365,6 +365,10 @@ class SimServer:
                 }
             await self._sse(resp, shaper.usage_chunk(use, **extra))
         await resp.write(b"data: [DONE]\n\n")
+        if p.close_after_stream:
+            # Headers are out without "Connection: close": the client's pool learns of
+            # the close only when it reuses the connection, as with a real llama-server.
+            resp.force_close()
         await resp.write_eof()
         return resp
 

@@ -142,3 +142,20 @@ async def test_ollama_native_api(sim_factory: StartSim) -> None:
     assert final["done"] and final["eval_count"] == len(content) == 9
     assert final["done_reason"] == "length"
     assert final["eval_duration"] > 0 and final["prompt_eval_count"] > 0
+
+
+async def test_llamacpp_closes_the_connection_after_a_stream(sim_factory: StartSim) -> None:
+    sim = await sim_factory(profile_for("llamacpp"), time_scale=0.02)
+    body = json.dumps({"messages": CHAT, "max_tokens": 3, "stream": True}).encode()
+    reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    await writer.drain()
+    # Read to EOF: returns only because the server closes the kept-alive connection.
+    raw = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    head = raw.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"data: [DONE]" in raw
+    assert b"connection: close" not in head  # like llama-server: no warning in the headers
