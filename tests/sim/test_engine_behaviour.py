@@ -98,3 +98,45 @@ async def test_everything_served_is_marked_simulated(sim_factory: StartSim) -> N
             assert r.status == 404 and is_simulated(headers=dict(r.headers))
     assert is_simulated(sample=get_spec("lmdeploy").parse_metrics(text))
     assert not is_simulated(headers={"Server": "uvicorn"}, models={"data": [{"owned_by": "vllm"}]})
+
+
+async def test_client_going_away_frees_its_sequence(sim_factory: StartSim) -> None:
+    sim = await sim_factory(VLLM, time_scale=0.5)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 500, "stream": True}
+    body["ignore_eos"] = True
+    async with aiohttp.ClientSession() as s:
+        async with s.post(sim.url + "/v1/chat/completions", json=body) as r:
+            for _ in range(3):
+                await r.content.readline()
+            r.close()  # hang up mid-stream
+        for _ in range(100):
+            if sim.ground_truth():
+                break
+            await asyncio.sleep(0.05)
+        async with s.get(sim.url + "/metrics") as r:
+            metrics = values(await r.text())
+    [trace] = sim.ground_truth()
+    assert trace.outcome == "aborted" and trace.output_tokens < 500
+    assert metrics["vllm:num_requests_running"] == 0
+    assert metrics["vllm:kv_cache_usage_perc"] == 0
+
+
+async def test_request_deferred_past_the_timeout_fails_with_503(sim_factory: StartSim) -> None:
+    profile = load_profile("h100-llama2-7b-llamacpp").with_overrides(
+        max_num_seqs=1, queue_timeout_s=1.0
+    )
+    sim = await sim_factory(profile, time_scale=0.1)
+    long = {"messages": [{"role": "user", "content": "a"}], "max_tokens": 300, "ignore_eos": True}
+    async with aiohttp.ClientSession() as s:
+
+        async def post(body: dict[str, object]) -> tuple[int, dict]:
+            async with s.post(sim.url + "/v1/chat/completions", json=body) as r:
+                return r.status, await r.json()
+
+        first = asyncio.ensure_future(post(long))
+        await asyncio.sleep(0.02)
+        status, answer = await post({**long, "max_tokens": 5})
+        assert (await first)[0] == 200
+    assert status == 503 and "queue timeout" in answer["error"]["message"]
+    outcomes = sorted(str(t.outcome) for t in sim.ground_truth())
+    assert outcomes == ["ok", "timeout"]
