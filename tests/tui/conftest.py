@@ -1,0 +1,60 @@
+"""Fixtures for the TUI tests: fixed frames from the real H200 recording, a store
+holding the simulated seed comparison, and apps built by the one factory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agents.protocol import EngineTelemetry, TelemetryFrame
+from store import open_store
+from tui.app import InferTopApp, create_app
+from tui.config import Config
+from tui.demo_runs import simulate_seed_table
+from tui.replay import ReplayNode
+from tui.services import Services
+
+EPOCH = 1_796_048_940.0
+"""Where the replayed frames start (the recording's own first timestamp)."""
+SEED_START = 1_796_000_000.0
+SIZE = (120, 40)
+
+
+def engines_at_load() -> tuple[EngineTelemetry, ...]:
+    """Engines as a busy node reports them (one reports no KV figure: n/a, not 0)."""
+    return (
+        EngineTelemetry(id="vllm-a", kind="vllm", state="ready", health="healthy",
+                        simulated=True, url="http://127.0.0.1:9/", kv_cache_usage=0.62,
+                        requests_running=48, requests_waiting=16, generation_tok_s=4107.0,
+                        ttft_p50_s=0.412),
+        EngineTelemetry(id="ollama-b", kind="ollama", state="loading", health="loading",
+                        simulated=True),
+    )
+
+
+def fleet_frames(name: str, gpus: int, seconds: range,
+                 engines: tuple[EngineTelemetry, ...] = ()) -> list[TelemetryFrame]:
+    return ReplayNode(name, gpus=gpus, epoch=EPOCH).history(list(seconds), engines)
+
+
+def frozen_services(**overrides: object) -> Services:
+    """Services with no live streams and a frozen clock: snapshots depend on nothing
+    but the frames a test feeds."""
+    values: dict[str, object] = {"stream_telemetry": False, "clock": lambda: EPOCH + 120}
+    values.update(overrides)
+    return Services(**values)  # type: ignore[arg-type]
+
+
+def frozen_app(services: Services | None = None) -> InferTopApp:
+    return create_app(Config(refresh_s=0.05), services=services or frozen_services())
+
+
+@pytest.fixture
+def seed_store(tmp_path: Path) -> Iterator[object]:
+    """A real SQLite store holding the simulated seed comparison (fixed run ids)."""
+    store = open_store(tmp_path / "runs.db")
+    simulate_seed_table(store, node="h100-sim", start_epoch=SEED_START, id_prefix="seed")
+    yield store
+    store.close()

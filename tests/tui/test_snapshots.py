@@ -1,0 +1,144 @@
+"""One snapshot per screen in its main states, 120x40, from fixed frames only.
+
+Frames come from the real H200 recording at fixed positions (``tui.replay``),
+the clock is frozen and the store holds the simulated seed comparison with
+fixed ids, so a snapshot changes only when what the operator sees changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable, SelectionList
+
+from tests.tui.conftest import SIZE, engines_at_load, fleet_frames, frozen_app, frozen_services
+from tui.app import InferTopApp
+
+
+def feed(app: InferTopApp, *, nodes: int = 2, gpus: int = 4, seconds: int = 90) -> None:
+    for n in range(nodes):
+        name = f"h200-{n}"
+        for frame in fleet_frames(name, gpus, range(seconds), engines_at_load()):
+            app.ingest(name, frame)
+
+
+async def settle(pilot: Pilot[Any], app: InferTopApp) -> None:
+    await pilot.pause()
+    app.redraw_now()
+    await pilot.pause()
+
+
+async def wait_rows(pilot: Pilot[Any], table: DataTable[Any], rows: int) -> None:
+    for _ in range(200):  # the store is read in a worker thread
+        if table.row_count >= rows:
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"table {table.id} never reached {rows} rows")
+
+
+def test_fleet(snap_compare: Any) -> None:
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app)
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_fleet_node_in_error(snap_compare: Any) -> None:
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=1)
+        app.model.mark_error("h200-9", "agent answered 401: missing or wrong bearer token", 8.0)
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_fleet_filtered(snap_compare: Any) -> None:
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=3)
+        await settle(pilot, app)
+        await pilot.press("slash", "h", "2", "0", "0", "-", "1", "enter")
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_node_charts(snap_compare: Any) -> None:
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=1, seconds=300)
+        await settle(pilot, app)
+        await pilot.press("2")
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_engines_with_fit(snap_compare: Any) -> None:
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=1)
+        await settle(pilot, app)
+        await pilot.press("3")
+        await settle(pilot, app)
+        screen = app.screen
+        screen.query_one("#kind").value = "vllm"
+        screen.query_one("#model").value = "Llama-3.1-70B"
+        gpus = screen.query_one("#gpus", SelectionList)
+        gpus.select(0)
+        gpus.select(1)
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_load_idle(snap_compare: Any) -> None:
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=1)
+        await settle(pilot, app)
+        await pilot.press("4")
+        await settle(pilot, app)
+        app.screen.query_one("#target").value = "h200-0/vllm-a"
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_compare_seed_table(snap_compare: Any, seed_store: Any) -> None:
+    app = frozen_app(frozen_services(store=seed_store))
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await pilot.press("5")
+        await wait_rows(pilot, app.screen.query_one("#compare-table", DataTable), 5)
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_history_opened_run(snap_compare: Any, seed_store: Any) -> None:
+    app = frozen_app(frozen_services(store=seed_store))
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await pilot.press("6")
+        await wait_rows(pilot, app.screen.query_one("#runs", DataTable), 5)
+        await pilot.press("enter")
+        await wait_rows(pilot, app.screen.query_one("#levels", DataTable), 7)
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_help(snap_compare: Any) -> None:
+    app = frozen_app()
+    assert snap_compare(app, terminal_size=SIZE, press=["question_mark"])
