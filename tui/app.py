@@ -156,6 +156,12 @@ class InferTopApp(App[int]):
             return
         self._redraw()
 
+    def redraw_now(self) -> None:
+        """Redraw from the model at once (tests: no timing in what they assert)."""
+        if self._refresh_timer is not None:
+            self._refresh_timer.stop()
+        self._redraw()
+
     def _redraw(self) -> None:
         self._refresh_timer = None
         self._last_refresh = asyncio.get_running_loop().time()

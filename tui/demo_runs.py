@@ -71,7 +71,13 @@ def trace_to_record(trace: Any, run_id: str, level: int, index: int, epoch: floa
 
 
 def simulate_run(
-    store: Any, profile_name: str, *, node: str, shape: SweepShape, start_epoch: float
+    store: Any,
+    profile_name: str,
+    *,
+    node: str,
+    shape: SweepShape,
+    start_epoch: float,
+    run_id: str | None = None,
 ) -> str:
     """One simulated sweep of ``profile_name`` saved to ``store``; returns the run id.
     Blocking (CPU and store writes): call it from a thread."""
@@ -87,7 +93,7 @@ def simulate_run(
         workload={"input_len": shape.prompt_tokens, "output_len": shape.output_tokens},
         simulated=True,
         software_versions={"engine": f"simulated ({profile_name})"},
-        created_at=start_epoch,
+        created_at=start_epoch, run_id=run_id,
     )
     epoch = start_epoch
     for level, concurrency in enumerate(shape.concurrency):
@@ -115,8 +121,10 @@ def simulate_seed_table(
     profiles: Sequence[str] = SEED_PROFILES,
     shape: SweepShape | None = None,
     progress: Callable[[str, float], None] | None = None,
+    id_prefix: str | None = None,
 ) -> list[str]:
-    """The seed's comparison (five engines on an H100, concurrency 1-64), simulated."""
+    """The seed's comparison (five engines on an H100, concurrency 1-64), simulated;
+    ``id_prefix`` gives the runs fixed ids (tests), else they are random."""
     ids = []
     for i, name in enumerate(profiles):
         if progress:
@@ -128,6 +136,7 @@ def simulate_seed_table(
                 node=node,
                 shape=shape or SweepShape(),
                 start_epoch=start_epoch + i * 3600,
+                run_id=f"{id_prefix}{i:02d}-{name}" if id_prefix else None,
             )
         )
     store.flush()

@@ -51,3 +51,51 @@ def selected_key(table: DataTable[Any]) -> str | None:
     except Exception:  # the cursor points past a table that just shrank
         return None
     return None if row_key.value is None else str(row_key.value)
+
+
+Columns = Sequence[tuple[str, int]]
+"""(label, width in cells): fixed widths, so a table's look never depends on when
+its rows arrived (auto widths are measured lazily) and no cell is re-measured."""
+
+NODE_COLUMNS: Columns = (
+    ("Node", 12),
+    ("Status", 10),
+    ("Platform", 15),
+    ("CPU", 4),
+    ("RAM", 14),
+    ("GPUs", 4),
+    ("Engines", 7),
+    ("Note", 48),
+)
+GPU_COLUMNS: Columns = (
+    ("Node", 12),
+    ("#", 2),
+    ("GPU", 5),
+    ("Util", 4),
+    ("util history", 12),
+    ("Memory", 13),
+    ("Mem", 4),
+    ("Power", 5),
+    ("power history", 13),
+    ("Temp", 5),
+    ("temp history", 12),
+)
+ENGINE_COLUMNS: Columns = (
+    ("Node", 12),
+    ("Engine", 10),
+    ("Kind", 12),
+    ("State", 8),
+    ("Health", 9),
+    ("KV cache", 14),
+    ("Run", 4),
+    ("Wait", 4),
+    ("tok/s", 6),
+    ("tok/s history", 13),
+    ("TTFT p50", 8),
+)
+
+
+def add_fixed_columns(table: DataTable[Any], columns: Columns) -> DataTable[Any]:
+    for label, width in columns:
+        table.add_column(label, width=width, key=label)
+    return table

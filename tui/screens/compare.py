@@ -17,6 +17,7 @@ from tui.compare_view import comparison_curves, comparison_table, run_label
 from tui.exporting import export_comparison
 from tui.messages import RunsChanged, StartupProgress
 from tui.screens.base import BaseScreen
+from tui.screens.history import when
 from tui.services import describe_error
 
 
@@ -88,7 +89,7 @@ class CompareScreen(BaseScreen):
             pick.add_options(
                 [
                     Selection(
-                        f"{run_label(r)} · {r.node or '?'} · {r.run_id[:6]}",
+                        f"{run_label(r)} · {when(r.created_at)[5:]}",
                         r.run_id,
                         r.run_id in chosen,
                     )

@@ -27,7 +27,7 @@ from tui.messages import EngineActionDone, EngineProgress
 from tui.screens.base import BaseScreen
 from tui.screens.fleet import engine_rows
 from tui.services import describe_error
-from tui.widgets import selected_key, sync_table
+from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, selected_key, sync_table
 
 RUNTIMES = ("auto", "compose", "process", "sim")
 ENGINE_KINDS = ("llamacpp", "vllm", "sglang", "tgi", "ollama", "trtllm", "lmdeploy", "sim")
@@ -100,19 +100,7 @@ class EngineScreen(BaseScreen):
             with Vertical(id="engine-side"):
                 yield Static("Engines on the node", classes="section")
                 table: DataTable[Any] = DataTable(id="engine-table", cursor_type="row")
-                table.add_columns(
-                    "Node",
-                    "Engine",
-                    "Kind",
-                    "State",
-                    "Health",
-                    "KV cache",
-                    "Run",
-                    "Wait",
-                    "tok/s",
-                    "tok/s history",
-                    "TTFT p50",
-                )
+                add_fixed_columns(table, ENGINE_COLUMNS)
                 yield table
                 yield ProgressBar(total=1.0, id="progress", show_eta=False)
                 yield Static("", id="action-status")
@@ -129,11 +117,12 @@ class EngineScreen(BaseScreen):
         model = self.top.model
         select = self.query_one("#node", Select)
         names = list(model.nodes)
-        if [o for o in getattr(select, "_options_names", [])] != names:
+        if getattr(select, "_options_names", []) != names:
             select._options_names = names  # type: ignore[attr-defined]
             select.set_options([(n, n) for n in names])
-            if self.top.selected_node in names:
-                select.value = self.top.selected_node
+            preferred = self.top.selected_node if self.top.selected_node in names else None
+            if preferred or names:
+                select.value = preferred or names[0]
         node = model.nodes.get(self._node_name() or "")
         gpus = self.query_one("#gpus", SelectionList)
         wanted = [g.index for g in node.frame.gpus] if node and node.frame else []

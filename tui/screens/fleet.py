@@ -19,7 +19,15 @@ from tui.model import (
     sparkline,
 )
 from tui.screens.base import BaseScreen
-from tui.widgets import Row, selected_key, sync_table
+from tui.widgets import (
+    ENGINE_COLUMNS,
+    GPU_COLUMNS,
+    NODE_COLUMNS,
+    Row,
+    add_fixed_columns,
+    selected_key,
+    sync_table,
+)
 
 SPARK_W = 12
 STALE_AFTER_S = 5.0
@@ -161,39 +169,15 @@ class FleetScreen(BaseScreen):
         )
         yield Static("Nodes", classes="section")
         nodes: DataTable[Any] = DataTable(id="nodes", cursor_type="row")
-        nodes.add_columns("Node", "Status", "Platform", "CPU", "RAM", "GPUs", "Engines", "Note")
+        add_fixed_columns(nodes, NODE_COLUMNS)
         yield nodes
         yield Static("GPUs", classes="section")
         gpus: DataTable[Any] = DataTable(id="gpus", cursor_type="row")
-        gpus.add_columns(
-            "Node",
-            "#",
-            "GPU",
-            "Util",
-            "util history",
-            "Memory",
-            "Mem",
-            "Power",
-            "power history",
-            "Temp",
-            "temp history",
-        )
+        add_fixed_columns(gpus, GPU_COLUMNS)
         yield gpus
         yield Static("Engines", classes="section")
         engines: DataTable[Any] = DataTable(id="engines", cursor_type="row")
-        engines.add_columns(
-            "Node",
-            "Engine",
-            "Kind",
-            "State",
-            "Health",
-            "KV cache",
-            "Run",
-            "Wait",
-            "tok/s",
-            "tok/s history",
-            "TTFT p50",
-        )
+        add_fixed_columns(engines, ENGINE_COLUMNS)
         yield engines
 
     def on_mount(self) -> None:

@@ -18,7 +18,31 @@ from tui.messages import RunsChanged, StartupProgress
 from tui.model import fmt
 from tui.screens.base import BaseScreen
 from tui.services import describe_error
-from tui.widgets import Row, selected_key, sync_table
+from tui.widgets import Row, add_fixed_columns, selected_key, sync_table
+
+RUN_COLUMNS = (
+    ("Run", 12),
+    ("Name", 14),
+    ("Engine", 13),
+    ("Node", 12),
+    ("Created (UTC)", 16),
+    ("Levels", 6),
+    ("Requests", 8),
+    ("Status", 10),
+)
+LEVEL_COLUMNS = (
+    ("Conc.", 5),
+    ("Rate", 7),
+    ("OK", 6),
+    ("Failed", 6),
+    ("Incompl.", 8),
+    ("out tok/s", 9),
+    ("TTFT p50 ms", 11),
+    ("TTFT p99 ms", 11),
+    ("ITL p50 ms", 10),
+    ("ITL p99 ms", 10),
+    ("tok/J", 6),
+)
 
 
 def when(ts: float | None) -> str:
@@ -90,25 +114,11 @@ class HistoryScreen(BaseScreen):
         )
         yield Static("Stored runs", classes="section")
         runs: DataTable[Any] = DataTable(id="runs", cursor_type="row")
-        runs.add_columns(
-            "Run", "Name", "Engine", "Node", "Created (UTC)", "Levels", "Requests", "Status"
-        )
+        add_fixed_columns(runs, RUN_COLUMNS)
         yield runs
         yield Static("Levels of the opened run (enter)", classes="section", id="levels-title")
         levels: DataTable[Any] = DataTable(id="levels", cursor_type="row")
-        levels.add_columns(
-            "Conc.",
-            "Rate",
-            "OK",
-            "Failed",
-            "Incompl.",
-            "out tok/s",
-            "TTFT p50 ms",
-            "TTFT p99 ms",
-            "ITL p50 ms",
-            "ITL p99 ms",
-            "tok/J",
-        )
+        add_fixed_columns(levels, LEVEL_COLUMNS)
         yield levels
         self._runs: list[Any] = []
 

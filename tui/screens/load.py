@@ -20,7 +20,27 @@ from tui.run_recorder import RunRecorder
 from tui.screens.base import BaseScreen
 from tui.screens.fleet import gpu_rows
 from tui.services import describe_error
-from tui.widgets import Row, sync_table
+from tui.widgets import Row, add_fixed_columns, sync_table
+
+LOAD_LEVEL_COLUMNS = (
+    ("Conc.", 5),
+    ("OK", 5),
+    ("Failed", 6),
+    ("tok/s", 6),
+    ("TTFT p50 ms", 11),
+    ("TTFT p99 ms", 11),
+    ("ITL p50 ms", 10),
+    ("ITL p99 ms", 10),
+    ("state", 14),
+)
+LOAD_GPU_COLUMNS = (
+    ("#", 2),
+    ("Util", 4),
+    ("util history", 12),
+    ("Mem", 4),
+    ("Power", 5),
+    ("Temp", 5),
+)
 
 
 def _ms(v: float | None) -> str:
@@ -67,23 +87,13 @@ class LoadScreen(BaseScreen):
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
                 table: DataTable[Any] = DataTable(id="load-levels", cursor_type="row")
-                table.add_columns(
-                    "Conc.",
-                    "OK",
-                    "Failed",
-                    "out tok/s",
-                    "TTFT p50 ms",
-                    "TTFT p99 ms",
-                    "ITL p50 ms",
-                    "ITL p99 ms",
-                    "",
-                )
+                add_fixed_columns(table, LOAD_LEVEL_COLUMNS)
                 yield table
                 yield PlotextPlot(id="load-tps")
             with Vertical(id="load-right"):
                 yield Static("Target node GPUs", classes="section", id="load-gpu-title")
                 gpus: DataTable[Any] = DataTable(id="load-gpus", cursor_type="row")
-                gpus.add_columns("#", "Util", "util history", "Mem", "Power", "Temp")
+                add_fixed_columns(gpus, LOAD_GPU_COLUMNS)
                 yield gpus
         self._tps: list[tuple[float, float]] = []
         self._levels: dict[str, Row] = {}

@@ -16,7 +16,7 @@ from tui.model import GpuHistory, NodeState, NodeStatus
 from tui.screens.base import BaseScreen
 from tui.screens.fleet import engine_rows
 from tui.services import describe_error
-from tui.widgets import selected_key, sync_table
+from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, selected_key, sync_table
 
 CHARTS: tuple[tuple[str, str, str, float | None], ...] = (
     # id, title, GpuHistory field, y max
@@ -68,19 +68,7 @@ class NodeScreen(BaseScreen):
                 yield PlotextPlot(id=f"chart-{chart_id}")
         with Horizontal(id="node-lower"):
             engines: DataTable[Any] = DataTable(id="node-engines", cursor_type="row")
-            engines.add_columns(
-                "Node",
-                "Engine",
-                "Kind",
-                "State",
-                "Health",
-                "KV cache",
-                "Run",
-                "Wait",
-                "tok/s",
-                "tok/s history",
-                "TTFT p50",
-            )
+            add_fixed_columns(engines, ENGINE_COLUMNS)
             yield engines
             with Vertical(id="log-pane"):
                 yield Static("logs: select an engine and press f", id="log-title")
