@@ -13,7 +13,6 @@ has everything measured so far and can record it as *incomplete*.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -22,8 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
 
+from engines.loadgen.arrival import ArrivalClock, stamping
 from engines.loadgen.records import ErrorKind
 
 try:  # orjson parses chunks ~3x faster; optional.
@@ -176,46 +175,6 @@ _SEND_TRACE.on_request_chunk_sent.append(_on_body_sent)
 _SEND_TRACE.freeze()
 
 
-class _StampingHandler(ResponseHandler):
-    """Notes when unread response bytes first arrived.
-
-    ``data_received`` runs straight from the I/O callback, before any task: a
-    burst of chunks on many streams (one decode step of a batching engine) is
-    stamped as it arrives, not when the loop gets round to each reader task.
-    """
-
-    first_unread_perf: float | None = None
-
-    def data_received(self, data: bytes) -> None:
-        if self.first_unread_perf is None:
-            self.first_unread_perf = time.perf_counter()
-        super().data_received(data)
-
-
-def _stamping(connector: aiohttp.TCPConnector) -> aiohttp.TCPConnector:
-    # aiohttp (pinned <3.15) builds protocols through this factory attribute;
-    # without it the reader falls back to stamping when its task runs.
-    if hasattr(connector, "_factory"):
-        connector._factory = functools.partial(_StampingHandler, loop=connector._loop)  # type: ignore[assignment]
-    return connector
-
-
-def _arrival_stamp(resp: aiohttp.ClientResponse) -> Callable[[], float]:
-    """A function giving when the bytes just read arrived (and resetting it)."""
-    conn = resp.connection
-    proto = conn.protocol if conn is not None else None
-    if not isinstance(proto, _StampingHandler):
-        return time.perf_counter
-    proto.first_unread_perf = None  # the head is read; time only what follows
-
-    def stamp() -> float:
-        at = proto.first_unread_perf
-        proto.first_unread_perf = None
-        return at if at is not None else time.perf_counter()
-
-    return stamp
-
-
 class _BrokenStream(Exception):
     pass
 
@@ -236,7 +195,7 @@ class StreamClient:
 
     def _new_session(self, force_close: bool) -> aiohttp.ClientSession:
         lim = self._limits
-        connector = _stamping(
+        connector = stamping(
             aiohttp.TCPConnector(
                 limit=max(lim.concurrency, 1) + 8,  # never the bottleneck of the load profile
                 force_close=force_close,
@@ -342,18 +301,19 @@ async def _preview(resp: aiohttp.ClientResponse) -> str:
 
 
 async def _read_events(resp: aiohttp.ClientResponse, state: StreamState) -> None:
-    arrived = _arrival_stamp(resp)
+    arrived_by = ArrivalClock(resp)
     pending = b""
+    buf_at = 0  # payload offset of pending's first byte
     async for data in resp.content.iter_any():
-        now = arrived()
-        if pending:
-            data = pending + data
-        lines = data.split(b"\n")
-        pending = lines.pop()
+        buf = pending + data if pending else data
+        start = 0
+        while (nl := buf.find(b"\n", start)) >= 0:
+            if buf.startswith(b"data:", start):
+                _take_event(state, buf[start + 5 : nl].strip(), arrived_by(buf_at + nl + 1))
+            start = nl + 1
+        pending = buf[start:]
+        buf_at += start
         if len(pending) > MAX_SSE_LINE_BYTES:
             raise _BrokenStream(f"an SSE line exceeds {MAX_SSE_LINE_BYTES} bytes")
-        for line in lines:
-            if line.startswith(b"data:"):
-                _take_event(state, line[5:].strip(), now)
     if pending.startswith(b"data:"):  # last event without a trailing newline
         _take_event(state, pending[5:].strip(), time.perf_counter())

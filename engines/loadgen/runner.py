@@ -84,6 +84,23 @@ def run_in_new_loop(coro: Coroutine[Any, Any, T]) -> T:
         return runner.run(coro)
 
 
+def ensure_fd_limit(streams: int) -> str | None:
+    """Raise the soft open-files limit for ``streams`` sockets; a warning if it cannot."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    need = streams + 256  # sockets plus the process's own files
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < need:
+        return f"open-files limit {target} is below the {need} that {streams} streams need"
+    return None
+
+
 async def run_load(
     spec: LoadSpec,
     workload: Workload,
@@ -97,7 +114,7 @@ async def run_load(
     emit = on_progress or (lambda _event: None)
     run_id = run_id or new_run_id()
     quirks = quirks_for(target.engine_kind)
-    warnings = tuple(w for w in (quirks.length_warning(),) if w)
+    warnings = tuple(w for w in (quirks.length_warning(), ensure_fd_limit(spec.max_in_flight)) if w)
     prompts = PromptSource(workload)  # a bad dataset fails here, before any request
     clock = RunClock()
     emit(RunStarted(run_id, len(spec.levels), warnings))

@@ -4,8 +4,9 @@ Run as its own process (``python tests/loadgen/sched_server.py --port 0``); it
 prints ``PORT <n>`` when it listens.  It is plain HTTP/1.1 over asyncio
 protocols (no framework between the socket and the clock), so the times it
 logs are the times bytes arrived and left: ``recv`` is taken in
-``data_received`` and every chunk's time right after ``transport.write``.
-``GET /_truth`` returns that log.
+``data_received`` and every chunk's time right before ``transport.write``.
+``GET /_truth`` returns that log.  (Stamps are taken before each write, so
+no measurement can honestly come out earlier than the truth.)
 
 Each answer streams like a real llama-server: a role-only first chunk at once,
 content chunks at planned offsets (TTFT, then one every ITL), a finish chunk, a
@@ -26,7 +27,11 @@ import argparse
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 import time
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 PERF = time.perf_counter
@@ -170,8 +175,10 @@ class Conn(asyncio.Protocol):
         assert t is not None
         if t.is_closing():
             return
-        t.write(_chunk({"content": f" t{i}"}))
+        # Stamped just before the write: a preemption after it cannot make the
+        # truth later than the bytes really left.
         entry["chunks"].append(PERF())
+        t.write(_chunk({"content": f" t{i}"}))
         if entry["fault"] == 2 and i == 1:
             t.abort()
             return
@@ -192,6 +199,38 @@ class Conn(asyncio.Protocol):
         )
         entry["usage"] = usage
         self._done()
+
+
+class SchedServer:
+    """This server started in a process of its own (for tests and benchmarks)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__)), "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"schedule server did not start: {line!r}")
+        self.port = int(line.split()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def truth(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/_truth", timeout=30) as resp:
+            data: dict[str, Any] = json.load(resp)
+        return data
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 async def main(args: argparse.Namespace) -> None:
