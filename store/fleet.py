@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from store.energy import INVALIDATE_SQL, SETTLE_S
 from store.models import EngineRow, GpuRow, TelemetryRow
 from store.writer import Writer
 
@@ -83,8 +84,13 @@ class FleetMixin:
     def add_telemetry(self, rows: Iterable[TelemetryRow]) -> None:
         gpu: list[tuple[Any, ...]] = []
         engine: list[tuple[Any, ...]] = []
+        late_before = time.time() - SETTLE_S
+        late: dict[str, tuple[float, float]] = {}  # node -> ts range of late GPU samples
         for r in rows:
             if isinstance(r, GpuRow):
+                if r.ts < late_before:
+                    lo, hi = late.get(r.node, (r.ts, r.ts))
+                    late[r.node] = (min(lo, r.ts), max(hi, r.ts))
                 gpu.append(
                     (r.node, r.ts, r.gpu_index, r.util_pct, r.mem_used_bytes, r.power_w,
                      r.energy_j, r.temp_c, r.sm_clock_mhz)
@@ -101,6 +107,11 @@ class FleetMixin:
             self._writer.put_rows(_INSERT_GPU, gpu)
         if engine:
             self._writer.put_rows(_INSERT_ENGINE, engine)
+        if late:
+            # Samples for windows already settled: their cached figures are stale.
+            self._writer.put_rows(
+                INVALIDATE_SQL, [(node, lo, hi) for node, (lo, hi) in late.items()]
+            )
         self._maybe_prune()
 
     def add_event(

@@ -26,6 +26,7 @@ def delete_run(conn: sqlite3.Connection, run_id: str) -> int:
     try:
         n = conn.execute("DELETE FROM requests WHERE run_id = ?", (run_id,)).rowcount
         conn.execute("DELETE FROM levels WHERE run_id = ?", (run_id,))
+        conn.execute("DELETE FROM level_energy WHERE run_id = ?", (run_id,))
         conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         conn.execute("COMMIT")
     except BaseException:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from engines.loadgen.records import RequestRecord
+from store import energy
 from store.errors import RunNotFoundError, StoreError
 from store.models import (
     LEVEL_COLUMNS,
@@ -138,58 +140,33 @@ def _deployment_gpus(conn: sqlite3.Connection, deployment_id: str | None) -> lis
     return [int(g) for g in gpus] if gpus else None
 
 
-def window_energy(
-    conn: sqlite3.Connection, node: str, start: float, end: float, gpus: list[int] | None = None
-) -> tuple[float | None, float | None, float | None]:
-    """(mean util %, mean power W summed over GPUs, energy J) from GPU samples in a window.
-
-    Energy is each GPU's energy-counter rise over the window (the counter is
-    monotonic, so max - min of the samples); a GPU without a counter
-    contributes its mean power x the window's length.  One indexed query.
-    """
-    only = ""
-    params: list[Any] = [node, start, end]
-    if gpus:
-        only = f" AND gpu_index IN ({', '.join('?' * len(gpus))})"
-        params += gpus
-    rows = conn.execute(
-        "SELECT avg(util_pct), avg(power_w), count(energy_j), min(energy_j), max(energy_j) "
-        "FROM gpu_samples INDEXED BY idx_gpu_samples_node_ts "
-        f"WHERE node = ? AND ts BETWEEN ? AND ?{only} GROUP BY gpu_index",
-        params,
-    ).fetchall()
-    utils = [r[0] for r in rows if r[0] is not None]
-    powers = [r[1] for r in rows if r[1] is not None]
-    energy: float | None = None
-    for _util, power, e_count, e_min, e_max in rows:
-        if e_count >= 2:
-            energy = (energy or 0.0) + (e_max - e_min)
-        elif power is not None:
-            energy = (energy or 0.0) + power * (end - start)
-    return (
-        sum(utils) / len(utils) if utils else None,
-        sum(powers) if powers else None,
-        energy,
-    )
-
-
-def compare(conn: sqlite3.Connection, run_ids: Sequence[str]) -> Comparison:
+def compare(
+    conn: sqlite3.Connection,
+    run_ids: Sequence[str],
+    *,
+    cache_out: list[tuple[Any, ...]] | None = None,
+) -> Comparison:
+    """Runs x levels with their metrics; GPU figures a level lacks come from
+    the stored telemetry over its window (cached per level once settled:
+    rows for ``energy.CACHE_SQL`` are appended to ``cache_out``)."""
     runs = [get_run(conn, r) for r in run_ids]
     rows: list[ComparisonRow] = []
+    now = time.time()
     for run in runs:
         gpus = _deployment_gpus(conn, run.deployment_id)
+        cached = energy.cached(conn, run.run_id)
         for lr in levels(conn, run.run_id):
             s = lr.summary
-            util, power, energy = s.mean_gpu_util_pct, s.mean_power_w, s.energy_j
-            source = "loadgen" if energy is not None else None
-            if run.node and (energy is None or util is None or power is None):
-                t_util, t_power, t_energy = window_energy(
-                    conn, run.node, s.started_at, s.ended_at, gpus
+            util, power, joules = s.mean_gpu_util_pct, s.mean_power_w, s.energy_j
+            source = "loadgen" if joules is not None else None
+            if run.node and (joules is None or util is None or power is None):
+                t_util, t_power, t_energy = energy.level_window(
+                    conn, run.run_id, run.node, s, gpus, cached, now, cache_out
                 )
                 util = util if util is not None else t_util
                 power = power if power is not None else t_power
-                if energy is None and t_energy is not None:
-                    energy, source = t_energy, "telemetry"
+                if joules is None and t_energy is not None:
+                    joules, source = t_energy, "telemetry"
             rows.append(
                 ComparisonRow(
                     run_id=run.run_id,
@@ -211,7 +188,7 @@ def compare(conn: sqlite3.Connection, run_ids: Sequence[str]) -> Comparison:
                     total_output_tokens=s.total_output_tokens,
                     mean_gpu_util_pct=util,
                     mean_power_w=power,
-                    energy_j=energy,
+                    energy_j=joules,
                     energy_source=source,
                 )
             )

@@ -209,8 +209,25 @@ def _v2_itl_and_history(db: Database) -> None:
         pk=("node", "gpu_index", "bucket_ts"),
     )
     db.table("gpu_history").create_index(["bucket_ts"])
-    # Comparisons read every GPU of a node over a level's window.
+    # Comparisons read every GPU of a node over a level's window, and keep
+    # the result per settled level (store.energy).
     db.table("gpu_samples").create_index(["node", "ts"])
+    db.table("level_energy").create(
+        {
+            "run_id": str,
+            "level_index": int,
+            "node": str,
+            "started_at": float,
+            "ended_at": float,
+            "gpus_key": str,
+            "samples": int,
+            "mean_util_pct": float,
+            "mean_power_w": float,
+            "energy_j": float,
+        },
+        pk=("run_id", "level_index"),
+    )
+    db.table("level_energy").create_index(["node", "ended_at"])
     _set_version(db, 2)
 
 

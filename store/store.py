@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.loadgen.records import LevelSummary, RequestRecord
-from store import maintenance, queries
+from store import energy, maintenance, queries
 from store.errors import StoreError, StoreWriteError
 from store.fleet import FleetMixin, dumps
 from store.models import (
@@ -249,7 +249,10 @@ class Store(FleetMixin):
         return result
 
     def compare(self, run_ids: Sequence[str]) -> Comparison:
-        result: Comparison = self._read(queries.compare, run_ids)
+        cache_rows: list[tuple[Any, ...]] = []
+        result: Comparison = self._read(queries.compare, run_ids, cache_out=cache_rows)
+        if cache_rows and not self._writer.closed:
+            self._writer.put_rows(energy.CACHE_SQL, cache_rows)
         return result
 
     def regressions(

@@ -131,6 +131,10 @@ class Writer:
             ) from error
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def unsaved(self) -> int:
         return self._held_count
 

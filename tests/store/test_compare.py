@@ -149,3 +149,52 @@ def test_list_runs_filters_and_orders_newest_first(mem_store: Store) -> None:
     assert [r.name for r in mem_store.list_runs(engine_kind="vllm", limit=1)] == ["newer vllm"]
     assert [r.name for r in mem_store.list_runs(status="failed")] == ["new sglang"]
     assert [r.name for r in mem_store.list_runs(name_contains="OLD")] == ["old vllm"]
+
+
+def test_settled_levels_cache_their_figures_and_late_samples_refresh_them(
+    mem_store: Store,
+) -> None:
+    run_id, summaries = _store_run(mem_store, "llama.cpp", "llamacpp")
+    mem_store.add_telemetry(_trace_rows())
+    mem_store.flush()
+    first = mem_store.compare([run_id]).rows
+    mem_store.flush()  # the cache rows the comparison queued
+
+    def cached_levels() -> list[int]:
+        rows = mem_store._read(
+            lambda c: c.execute("SELECT level_index FROM level_energy ORDER BY 1").fetchall()
+        )
+        return [r[0] for r in rows]
+
+    assert cached_levels() == [0, 1, 2]  # the trace's windows ended long ago
+    assert mem_store.compare([run_id]).rows == first
+    # A second GPU's samples arrive late, inside the 64-stream window.
+    lv = summaries[2]
+    mem_store.add_telemetry(
+        [
+            GpuRow("h200-1", lv.started_at + 1, 1, power_w=100.0, energy_j=1000.0),
+            GpuRow("h200-1", lv.started_at + 2, 1, power_w=100.0, energy_j=1500.0),
+        ]
+    )
+    mem_store.flush()
+    assert cached_levels() == [0, 1]
+    again = mem_store.compare([run_id]).rows
+    assert again[:2] == first[:2]
+    assert again[2].energy_j == pytest.approx(first[2].energy_j + 500.0)
+
+
+def test_a_cache_row_computed_from_fewer_samples_than_stored_is_not_written(
+    mem_store: Store,
+) -> None:
+    from store.energy import CACHE_SQL
+
+    run_id, summaries = _store_run(mem_store, "llama.cpp", "llamacpp")
+    mem_store.add_telemetry(_trace_rows())
+    mem_store.flush()
+    lv = summaries[0]
+    window = ("h200-1", lv.started_at, lv.ended_at)
+    stale = (run_id, 0, *window, "", 3, 1.0, 1.0, 1.0, *window, 3)  # 3 != samples stored
+    mem_store._writer.put_rows(CACHE_SQL, [stale])
+    mem_store.flush()
+    count = mem_store._read(lambda c: c.execute("SELECT count(*) FROM level_energy").fetchone())
+    assert count == (0,)
