@@ -13,6 +13,7 @@ import contextlib
 import json
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -34,6 +35,8 @@ from engines.sim.profile import SimProfile
 from engines.sim.scheduler import Arrival, RequestTrace, Scheduler, StepResult
 from engines.sim.textgen import LengthPlan, block_hashes, output_words, plan_output
 
+GROUND_TRUTH_TOKEN_LIMIT = 1_000_000
+"""Token times kept as ground truth (about 32 MB); a long demo drops the oldest traces."""
 # Engines that answer 404 for a model name they do not serve; the others ignore it.
 STRICT_MODEL_NAME = frozenset({"vllm", "trtllm", "lmdeploy", "ollama"})
 
@@ -79,7 +82,10 @@ class SimServer:
         self._t0 = 0.0
         self._wake = asyncio.Event()
         self._live: dict[str, _Live] = {}
-        self._ended: list[RequestTrace] = []
+        self._ended: deque[RequestTrace] = deque()
+        self._ended_tokens = 0
+        self.dropped_traces = 0
+        """Oldest traces let go to keep memory bounded (see GROUND_TRUTH_TOKEN_LIMIT)."""
         self._notes: dict[str, str] = {}
         self._count = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -180,6 +186,11 @@ class SimServer:
         if note:
             trace = replace(trace, detail=f"{trace.detail}; {note}" if trace.detail else note)
         self._ended.append(trace)
+        self._ended_tokens += trace.output_tokens + 1
+        while self._ended_tokens > GROUND_TRUTH_TOKEN_LIMIT and len(self._ended) > 1:
+            old = self._ended.popleft()
+            self._ended_tokens -= old.output_tokens + 1
+            self.dropped_traces += 1
         reason = live.plan.finish_reason if live is not None else "abort"
         self.metrics.observe_end(trace, reason, self.profile.prefill_tok_s)
         if live is not None:

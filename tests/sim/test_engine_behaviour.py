@@ -6,10 +6,11 @@ import asyncio
 import json
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.catalog import get_spec
-from engines.sim import is_simulated, load_profile
+from engines.sim import is_simulated, load_profile, server
 from tests.sim.conftest import StartSim
 
 VLLM = "h100-llama2-7b-vllm"
@@ -140,3 +141,18 @@ async def test_request_deferred_past_the_timeout_fails_with_503(sim_factory: Sta
     assert status == 503 and "queue timeout" in answer["error"]["message"]
     outcomes = sorted(str(t.outcome) for t in sim.ground_truth())
     assert outcomes == ["ok", "timeout"]
+
+
+async def test_ground_truth_memory_is_bounded(
+    sim_factory: StartSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "GROUND_TRUTH_TOKEN_LIMIT", 25)
+    sim = await sim_factory(VLLM, time_scale=0.01)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9, "ignore_eos": True}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(5):
+            async with s.post(sim.url + "/v1/chat/completions", json=body) as r:
+                assert r.status == 200
+    kept = sim.ground_truth()
+    assert [t.request_id[-1] for t in kept] == ["3", "4"]  # 2 × (9 + 1) <= 25
+    assert sim.server.dropped_traces == 3
