@@ -101,10 +101,14 @@ def describe_error(exc: BaseException) -> str:
     """An exception as words for the operator (status and message when the agent sent them)."""
     status = getattr(exc, "status", None)
     message = getattr(exc, "message", None)
-    if status is not None and message:
-        return f"agent answered {status}: {message}"
     text = str(exc).strip()
-    name = type(exc).__name__
-    if isinstance(exc, ConnectionError | OSError) and not text:
-        return "connection refused"
-    return f"{name}: {text}" if text else name
+    if isinstance(status, int) and message:
+        return f"unreachable: {message}" if status == 0 else f"agent answered {status}: {message}"
+    if isinstance(exc, ValueError | TypeError | KeyError):
+        # a JSON decode error, a frame that does not parse: the peer is not (this) agent
+        return f"garbled answer, not telemetry ({type(exc).__name__}: {text})"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, ConnectionError | OSError):
+        return text or "connection refused"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

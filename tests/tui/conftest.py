@@ -25,17 +25,28 @@ SIZE = (120, 40)
 def engines_at_load() -> tuple[EngineTelemetry, ...]:
     """Engines as a busy node reports them (one reports no KV figure: n/a, not 0)."""
     return (
-        EngineTelemetry(id="vllm-a", kind="vllm", state="ready", health="healthy",
-                        simulated=True, url="http://127.0.0.1:9/", kv_cache_usage=0.62,
-                        requests_running=48, requests_waiting=16, generation_tok_s=4107.0,
-                        ttft_p50_s=0.412),
-        EngineTelemetry(id="ollama-b", kind="ollama", state="loading", health="loading",
-                        simulated=True),
+        EngineTelemetry(
+            id="vllm-a",
+            kind="vllm",
+            state="ready",
+            health="healthy",
+            simulated=True,
+            url="http://127.0.0.1:9/",
+            kv_cache_usage=0.62,
+            requests_running=48,
+            requests_waiting=16,
+            generation_tok_s=4107.0,
+            ttft_p50_s=0.412,
+        ),
+        EngineTelemetry(
+            id="ollama-b", kind="ollama", state="loading", health="loading", simulated=True
+        ),
     )
 
 
-def fleet_frames(name: str, gpus: int, seconds: range,
-                 engines: tuple[EngineTelemetry, ...] = ()) -> list[TelemetryFrame]:
+def fleet_frames(
+    name: str, gpus: int, seconds: range, engines: tuple[EngineTelemetry, ...] = ()
+) -> list[TelemetryFrame]:
     return ReplayNode(name, gpus=gpus, epoch=EPOCH).history(list(seconds), engines)
 
 

@@ -33,8 +33,11 @@ RUNTIMES = ("auto", "compose", "process", "sim")
 ENGINE_KINDS = ("llamacpp", "vllm", "sglang", "tgi", "ollama", "trtllm", "lmdeploy", "sim")
 
 
-def launch_config(model: str, extra: str, context: str) -> dict[str, Any]:
-    """The form as the agent's launch config (``engines.catalog.LaunchConfig`` fields)."""
+def launch_config(kind: str, model: str, extra: str, context: str) -> dict[str, Any]:
+    """The form as the agent's launch config (``engines.catalog.LaunchConfig`` fields;
+    a simulated engine takes its simulator profile in the model field)."""
+    if kind == "sim":
+        return {"profile": model.strip()}
     config: dict[str, Any] = {"model": model.strip()}
     if extra.strip():
         config["extra_args"] = shlex.split(extra)
@@ -200,6 +203,7 @@ class EngineScreen(BaseScreen):
             return None
         try:
             return launch_config(
+                str(self.query_one("#kind", Select).value),
                 model,
                 self.query_one("#extra", Input).value,
                 self.query_one("#context", Input).value,
