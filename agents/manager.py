@@ -98,14 +98,16 @@ class EngineManager:
             unwatch()
         self._unwatch.clear()
 
-    def _exited_threadsafe(self, dep_id: str, reason: str) -> None:
+    def _exited_threadsafe(self, dep_id: str, reason: str, died_at: float) -> None:
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._exited, dep_id, reason)
+            self._loop.call_soon_threadsafe(self._exited, dep_id, reason, died_at)
 
-    def _exited(self, dep_id: str, reason: str) -> None:
+    def _exited(self, dep_id: str, reason: str, died_at: float | None = None) -> None:
         dep = self.deployments.get(dep_id)
         if dep is None or dep.state not in _RUNNING:
             return  # an exit we caused (stop, swap) or already reported
+        if died_at is not None and died_at < dep.started_at:
+            return  # the engine this one replaced (swap), reported late by Docker
         dep.state, dep.health, dep.message = "crashed", "dead", reason
         self.emit("crashed", dep_id, reason)
 

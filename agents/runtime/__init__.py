@@ -61,8 +61,9 @@ class RuntimeError_(Exception):
     """A runtime could not do what was asked; the message is the operator's explanation."""
 
 
-ExitCallback = Callable[[str, str], None]
-"""``(deployment_id, reason)``: the runtime saw an engine exit on its own."""
+ExitCallback = Callable[[str, str, float], None]
+"""``(deployment_id, reason, died_at)``: the runtime saw an engine exit on its own;
+``died_at`` (epoch s) lets the manager ignore the death of an engine it already replaced."""
 
 
 class Runtime(Protocol):

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from functools import cache
 from pathlib import Path
@@ -201,6 +202,7 @@ class ComposeRuntime:
                             dep_id,
                             f"container {attrs.get('name', '?')} exited "
                             f"(code {code}, docker event {event.get('Action')})",
+                            float(event.get("timeNano", 0)) / 1e9 or time.time(),
                         )
             except Exception as exc:  # closed by unwatch, or the daemon went away
                 log.debug("docker events ended: %s", exc)

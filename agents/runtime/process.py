@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -147,12 +148,12 @@ class ProcessRuntime:
                     code = proc.poll()
                     if code is not None and known.get(dep_id) is None:
                         known[dep_id] = code
-                        on_exit(dep_id, f"process {proc.pid} exited (code {code})")
+                        on_exit(dep_id, f"process {proc.pid} exited (code {code})", time.time())
                 # Not our children (an earlier agent started them): is the pid still theirs?
                 for dep_id, dep in list(self._adopted.items()):
                     if not self._alive(dep):
                         del self._adopted[dep_id]
-                        on_exit(dep_id, f"adopted process {self._pid(dep)} is gone")
+                        on_exit(dep_id, f"adopted process {self._pid(dep)} is gone", time.time())
                 await asyncio.sleep(0.5)
 
         task = asyncio.get_running_loop().create_task(poll({}), name="process-watch")

@@ -9,6 +9,7 @@ end with the agent and are never adopted.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -76,7 +77,7 @@ class SimRuntime:
                 for dep_id, running in list(self._running.items()):
                     if running.crashed and dep_id not in reported:
                         reported.add(dep_id)
-                        on_exit(dep_id, "the simulator crashed (injected fault)")
+                        on_exit(dep_id, "the simulator crashed (injected fault)", time.time())
                 await asyncio.sleep(0.5)
 
         task = asyncio.get_running_loop().create_task(poll(), name="sim-watch")

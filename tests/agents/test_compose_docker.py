@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agents.client import AgentClient
+from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.protocol import TelemetryFrame
@@ -128,6 +128,17 @@ async def test_start_load_swap_stop_leaves_nothing(
             assert len(await resp.json()) == 4  # the new configuration really runs
         kinds = [e.kind for e in await client.recent_events()]
         assert "swapped" in kinds
+
+        # A configuration that cannot start: the previous one must come back.
+        broken = {**llama(rig, 3), "model": "/models/missing.gguf"}
+        with pytest.raises(AgentError) as info:
+            await client.swap(engine.id, broken)
+        assert info.value.status == 502 and "rolled back" in info.value.message
+        back = await client.engine(engine.id)
+        assert back.health == "healthy" and back.config["max_num_seqs"] == 4
+        async with aiohttp.ClientSession() as http, http.get(f"{engine.url}/slots") as resp:
+            assert len(await resp.json()) == 4
+        assert (await client.recent_events())[-1].kind == "rolled_back"
 
         await client.stop(engine.id)
         assert await client.engines() == []
