@@ -6,12 +6,15 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import statistics
 import sys
 from typing import Any
 
 from engines.sim.app import start_sim
 from engines.sim.faults import FaultConfig
 from engines.sim.profile import ProfileError, SimProfile, list_profiles, load_profile
+from engines.sim.scheduler import Outcome
+from engines.sim.simulate import simulate_closed_loop
 
 EXIT_CRASHED = 70
 """Exit status after a simulated crash (--fault-crash-after), like an engine that died."""
@@ -28,6 +31,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--list", action="store_true", help="list the shipped profiles and exit")
     p.add_argument("--profile", help="profile name (see --list) or path to a TOML file")
+    p.add_argument(
+        "--calibrate",
+        metavar="LEVELS",
+        help="print the profile's closed-loop tok/s, TTFT and failures at these concurrency "
+        "levels (e.g. 1,8,64; 512 prompt / 256 output tokens, virtual time) and exit",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free)")
     p.add_argument(
@@ -79,11 +88,36 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, ValueError) as exc:
         print(f"infer-top sim: {exc}", file=sys.stderr)
         return 2
+    if args.calibrate:
+        return _calibrate(profile, args.calibrate)
     try:
         return asyncio.run(_serve(profile, args, faults))
     except OSError as exc:
         print(f"infer-top sim: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
+
+
+def _calibrate(profile: SimProfile, levels_text: str) -> int:
+    try:
+        levels = [int(x) for x in levels_text.split(",")]
+        if not levels or min(levels) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"infer-top sim: --calibrate wants levels like 1,8,64, got {levels_text!r}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    print(f"# {profile.name}: closed loop, 512 prompt / 256 output tokens, virtual time")
+    print("concurrency  output_tok/s  ttft_p50_s  failed")
+    for level in levels:
+        traces = simulate_closed_loop(
+            profile, concurrency=level, requests=level * 6, prompt_tokens=512, output_tokens=256
+        )
+        ok = [t for t in traces if t.outcome is Outcome.OK]
+        span = max(t.finished_s or 0.0 for t in traces) - min(t.arrival_s for t in traces)
+        tokens = sum(t.output_tokens for t in ok)
+        ttft = statistics.median(t.ttft_s or 0.0 for t in ok) if ok else float("nan")
+        print(f"{level:11d}  {tokens / span:12.1f}  {ttft:10.3f}  {len(traces) - len(ok):6d}")
+    return 0
 
 
 async def _serve(profile: SimProfile, args: argparse.Namespace, faults: FaultConfig) -> int:

@@ -78,3 +78,16 @@ def test_crash_fault_ends_the_process() -> None:
         except (urllib.error.URLError, ConnectionError):
             pass
         assert proc.wait(timeout=10) == 70
+
+
+def test_calibrate_prints_the_seed_figure() -> None:
+    out = subprocess.run(
+        [*CLI, "--profile", "h100-llama2-7b-llamacpp", "--calibrate", "8,64"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line.split() for line in out.splitlines() if line and line[0] == " "]
+    by_level = {int(r[0]): (float(r[1]), int(r[3])) for r in rows}
+    assert abs(by_level[64][0] - 431) / 431 < 0.10
+    assert by_level[8][1] == 0 and by_level[64][1] > 0  # failures only past the slots
