@@ -20,7 +20,8 @@ T = TypeVar("T", bound=Sequenced)
 
 
 class Broadcast(Generic[T]):
-    def __init__(self, size: int, queue_size: int = 64) -> None:
+    def __init__(self, size: int, queue_size: int = 64, boot_id: str = "") -> None:
+        self.boot_id = boot_id
         self.items: deque[T] = deque(maxlen=size)
         self.queue_size = queue_size
         self._subscribers: set[asyncio.Queue[T]] = set()
@@ -56,8 +57,12 @@ class Broadcast(Generic[T]):
         return [item for item in self.items if item.seq > since_seq]
 
     async def subscribe(
-        self, since_seq: int | None = None, *, latest_only: bool = False
+        self, since_seq: int | None = None, *, latest_only: bool = False, boot_id: str | None = None
     ) -> AsyncIterator[T]:
+        """Items after ``since_seq``; a ``boot_id`` other than ours means the seq the client
+        holds is from an earlier agent run, so it gets everything buffered."""
+        if boot_id and since_seq is not None and boot_id != self.boot_id:
+            since_seq = 0
         queue: asyncio.Queue[T] = asyncio.Queue(maxsize=self.queue_size)
         self._subscribers.add(queue)
         try:

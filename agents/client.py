@@ -103,9 +103,6 @@ class AgentClient:
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise AgentError(0, f"agent at {self.base_url} unreachable: {exc!r}") from exc
 
-    def _ws_url(self, path: str) -> str:
-        return self.base_url + path
-
     # -- queries ----------------------------------------------------------------
     async def node_info(self) -> NodeInfo:
         return node_info_from_dict(await self._request("GET", "/v1/node"))
@@ -202,11 +199,15 @@ class AgentClient:
             raise AgentError(0, f"log stream from {self.base_url} broke: {exc!r}") from exc
 
     # -- streams ----------------------------------------------------------------
-    async def _ws_items(self, path: str, since_seq: int | None) -> AsyncIterator[dict[str, Any]]:
+    async def _ws_items(
+        self, path: str, since_seq: int | None, boot_id: str | None
+    ) -> AsyncIterator[dict[str, Any]]:
         params = {} if since_seq is None else {"since_seq": str(since_seq)}
+        if boot_id:
+            params["boot_id"] = boot_id
         try:
             async with self.session.ws_connect(
-                self._ws_url(path),
+                self.base_url + path,
                 params=params,
                 headers=self._headers,
                 ssl=self._ssl,
@@ -222,45 +223,49 @@ class AgentClient:
                 raise AgentError(401, "missing or wrong bearer token") from exc
             raise AgentError(exc.status, exc.message) from exc
 
-    async def stream(
-        self, since_seq: int | None = None, *, reconnect: bool = True, retry_s: float = 1.0
-    ) -> AsyncIterator[TelemetryFrame]:
-        """Frames as the agent samples them; after a drop, resumes after the last seq."""
-        last = since_seq
+    async def _resuming(
+        self, path: str, since_seq: int | None, reconnect: bool, retry_s: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Items of a sequenced stream, reconnecting after a drop and resuming after the
+        last seq delivered; when the agent restarted (new boot_id) its seq starts over."""
+        last, boot = since_seq, None
         while True:
             try:
-                async for data in self._ws_items("/v1/telemetry/stream", last):
-                    frame = frame_from_dict(data)
-                    if last is not None and frame.seq <= last and frame.seq != 1:
+                async for data in self._ws_items(path, last, boot):
+                    seq, item_boot = int(data["seq"]), data.get("boot_id")
+                    if item_boot != boot:
+                        boot, last = item_boot, None
+                    if last is not None and seq <= last:
                         continue
-                    last = frame.seq
-                    yield frame
+                    last = seq
+                    yield data
             except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
                 if not reconnect:
-                    raise AgentError(0, f"telemetry stream broke: {exc!r}") from exc
-                log.info("telemetry stream from %s broke (%r); reconnecting", self.base_url, exc)
-            except ProtocolError as exc:
-                raise AgentError(0, str(exc)) from exc
+                    raise AgentError(0, f"stream from {self.base_url} broke: {exc!r}") from exc
+                log.info("stream %s from %s broke (%r); reconnecting", path, self.base_url, exc)
             if not reconnect:
                 return
             await asyncio.sleep(retry_s)
 
+    async def stream(
+        self, since_seq: int | None = None, *, reconnect: bool = True, retry_s: float = 1.0
+    ) -> AsyncIterator[TelemetryFrame]:
+        """Frames as the agent samples them; after a drop, resumes after the last seq."""
+        try:
+            async for data in self._resuming("/v1/telemetry/stream", since_seq, reconnect, retry_s):
+                yield frame_from_dict(data)
+        except ProtocolError as exc:
+            raise AgentError(0, str(exc)) from exc
+
     async def events(
         self, since_seq: int | None = None, *, reconnect: bool = True, retry_s: float = 1.0
     ) -> AsyncIterator[AgentEvent]:
-        last = since_seq
-        while True:
-            try:
-                async for data in self._ws_items("/v1/events/stream", last):
-                    event = event_from_dict(data)
-                    last = event.seq
-                    yield event
-            except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
-                if not reconnect:
-                    raise AgentError(0, f"event stream broke: {exc!r}") from exc
-            if not reconnect:
-                return
-            await asyncio.sleep(retry_s)
+        """Engine events (starting, healthy, crashed, swapped, ...), resumable like stream()."""
+        try:
+            async for data in self._resuming("/v1/events/stream", since_seq, reconnect, retry_s):
+                yield event_from_dict(data)
+        except ProtocolError as exc:
+            raise AgentError(0, str(exc)) from exc
 
 
 def _json_or_text(text: str) -> Any:

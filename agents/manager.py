@@ -48,13 +48,15 @@ class EngineManager:
         *,
         platform: str,
         session: aiohttp.ClientSession,
+        boot_id: str = "",
     ) -> None:
         self.config = config
         self.runtimes = dict(runtimes)
         self.platform = platform
         self.session = session
         self.deployments: dict[str, Deployment] = {}
-        self.events: Broadcast[AgentEvent] = Broadcast(1000)
+        self.boot_id = boot_id
+        self.events: Broadcast[AgentEvent] = Broadcast(1000, boot_id=boot_id)
         self.scraper = EngineScraper(session, timeout_s=min(2.0, max(config.interval_s, 0.5)))
         self._event_seq = 0
         self._locks: dict[str, asyncio.Lock] = {}
@@ -64,13 +66,15 @@ class EngineManager:
     # -- events -----------------------------------------------------------------
     def emit(self, kind: str, engine_id: str, message: str = "") -> AgentEvent:
         self._event_seq += 1
-        event = AgentEvent(self._event_seq, time.time(), kind, engine_id, message)
+        event = AgentEvent(self._event_seq, time.time(), kind, engine_id, message, self.boot_id)
         self.events.publish(event)
         log.info("engine %s: %s %s", engine_id, kind, message)
         return event
 
-    def subscribe_events(self, since_seq: int | None) -> AsyncIterator[AgentEvent]:
-        return self.events.subscribe(since_seq)
+    def subscribe_events(
+        self, since_seq: int | None, boot_id: str | None = None
+    ) -> AsyncIterator[AgentEvent]:
+        return self.events.subscribe(since_seq, boot_id=boot_id)
 
     # -- start-up / shutdown ------------------------------------------------------
     async def open(self) -> None:

@@ -94,6 +94,8 @@ class TelemetryFrame:
     """True when GPU values are replayed from a recording, not measured."""
     protocol: int = PROTOCOL_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    boot_id: str = ""
+    """Identifies one run of the agent: ``seq`` starts again at 1 when this changes."""
 
 
 # --- control-plane messages (added with the agent server, protocol 1) ------
@@ -167,6 +169,8 @@ class AgentEvent:
     """One of EVENT_KINDS."""
     engine_id: str
     message: str = ""
+    boot_id: str = ""
+    """As TelemetryFrame.boot_id."""
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

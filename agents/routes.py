@@ -95,7 +95,9 @@ async def close_sockets(app: web.Application) -> None:
 
 
 async def telemetry_stream(request: web.Request) -> web.WebSocketResponse:
-    return await _stream_ws(request, request.app[SAMPLER].subscribe(_since(request)))
+    sampler = request.app[SAMPLER]
+    boot = request.query.get("boot_id")
+    return await _stream_ws(request, sampler.subscribe(_since(request), boot))
 
 
 async def engines(request: web.Request) -> web.Response:
@@ -204,7 +206,8 @@ async def events(request: web.Request) -> web.Response:
 
 
 async def events_stream(request: web.Request) -> web.WebSocketResponse:
-    return await _stream_ws(request, request.app[MANAGER].subscribe_events(_since(request)))
+    boot = request.query.get("boot_id")
+    return await _stream_ws(request, request.app[MANAGER].subscribe_events(_since(request), boot))
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -36,6 +36,7 @@ class Sampler:
         interval_s: float = 1.0,
         buffer: int = 600,
         platform: str = "linux",
+        boot_id: str = "",
     ) -> None:
         self.node = node
         self.gpu = gpu
@@ -43,7 +44,8 @@ class Sampler:
         self.engines = engines
         self.interval_s = interval_s
         self.platform = gpu.platform if gpu else platform
-        self.frames: Broadcast[TelemetryFrame] = Broadcast(buffer)
+        self.boot_id = boot_id
+        self.frames: Broadcast[TelemetryFrame] = Broadcast(buffer, boot_id=boot_id)
         self.seq = 0
         self.sample_cost_s: deque[float] = deque(maxlen=120)
         """Seconds of work per frame (the benchmark reads it)."""
@@ -82,6 +84,7 @@ class Sampler:
             unified_memory=bool(self.gpu and self.gpu.unified_memory),
             simulated=bool(self.gpu and self.gpu.simulated),
             extra=extra,
+            boot_id=self.boot_id,
         )
         self.sample_cost_s.append(time.perf_counter() - started)
         self.frames.publish(frame)
@@ -110,5 +113,7 @@ class Sampler:
                 delay = 0
             await asyncio.sleep(delay)
 
-    def subscribe(self, since_seq: int | None = None) -> AsyncIterator[TelemetryFrame]:
-        return self.frames.subscribe(since_seq, latest_only=True)
+    def subscribe(
+        self, since_seq: int | None = None, boot_id: str | None = None
+    ) -> AsyncIterator[TelemetryFrame]:
+        return self.frames.subscribe(since_seq, latest_only=True, boot_id=boot_id)

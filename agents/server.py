@@ -9,6 +9,7 @@ import contextlib
 import logging
 import platform as host_platform
 import socket
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 
 import aiohttp
@@ -129,7 +130,10 @@ async def _run_agent(
 ) -> AsyncIterator[None]:
     gpu_infos = await asyncio.to_thread(gpu_c.open) if gpu_c else ()
     session = aiohttp.ClientSession()
-    manager = EngineManager(config, runtimes, platform=compose_platform(platform), session=session)
+    boot_id = uuid.uuid4().hex[:12]
+    manager = EngineManager(
+        config, runtimes, platform=compose_platform(platform), session=session, boot_id=boot_id
+    )
     await manager.open()
     sampler = Sampler(
         config.node_name,
@@ -138,6 +142,7 @@ async def _run_agent(
         interval_s=config.interval_s,
         buffer=config.frame_buffer,
         platform=platform,
+        boot_id=boot_id,
     )
     docker_version, compose_ver = await asyncio.to_thread(_versions)
     app[MANAGER] = manager

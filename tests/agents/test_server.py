@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import Callable
 
 import aiohttp
@@ -174,3 +175,42 @@ async def test_bad_requests_get_clear_errors(agent: tuple) -> None:
             url + "/v1/engines", data=b"{not json", headers={"Authorization": f"Bearer {TOKEN}"}
         ) as resp:
             assert resp.status == 400 and "not JSON" in (await resp.json())["error"]
+
+
+async def test_stream_reconnects_across_an_agent_restart(
+    make_config: Callable[..., AgentConfig],
+) -> None:
+    """The client follows a restarted agent on the same address without being told:
+    the new run's frames (seq from 1 again, new boot_id) are delivered, none twice."""
+    from aiohttp import web
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def serve() -> web.AppRunner:
+        runner = web.AppRunner(create_app(make_config()), shutdown_timeout=2.0)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        return runner
+
+    runner = await serve()
+    frames = []
+    async with AgentClient(f"http://127.0.0.1:{port}", TOKEN) as client:
+        stream = client.stream(retry_s=0.2)
+        for _ in range(3):
+            frames.append(await anext(stream))
+        await runner.cleanup()  # the agent goes away mid-stream ...
+        runner = await serve()  # ... and comes back
+        try:
+            while frames[-1].boot_id == frames[0].boot_id:
+                frames.append(await asyncio.wait_for(anext(stream), timeout=10))
+            frames.append(await asyncio.wait_for(anext(stream), timeout=10))
+        finally:
+            await stream.aclose()
+            await runner.cleanup()
+    first_run = [f.seq for f in frames if f.boot_id == frames[0].boot_id]
+    second_run = [f.seq for f in frames if f.boot_id != frames[0].boot_id]
+    assert first_run == sorted(set(first_run))
+    assert second_run and second_run == sorted(set(second_run))
+    assert second_run[0] <= 3  # the new run's early frames were not skipped as "old"
