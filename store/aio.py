@@ -9,18 +9,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from engines.loadgen.records import LevelSummary, RequestRecord
 from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
 from store.maintenance import PruneResult
 from store.models import Comparison, LevelRow, Regression, RunInfo, TelemetryRow
-from store.store import Store
+from store.store import Store, open_store
 
 
 class AsyncStore:
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    @classmethod
+    async def open(cls, path: Path | str | None = None, **options: Any) -> AsyncStore:
+        """``open_store`` in a worker thread: migrating a big file takes a while."""
+        return cls(await asyncio.to_thread(open_store, path, **options))
 
     # Writes: enqueue only, safe to call on the loop.
     def create_run(self, **fields: Any) -> str:

@@ -13,8 +13,8 @@ from tests.store.conftest import record, summary_from_h200
 
 
 async def test_reads_run_off_the_event_loop(tmp_path: Path) -> None:
-    st = open_store(tmp_path / "a.db")
-    astore = AsyncStore(st)
+    astore = await AsyncStore.open(tmp_path / "a.db")
+    st = astore.store
     run_id = astore.create_run(name="async", engine_kind="vllm", node="n1")
     astore.add_requests(record(run_id, 0, i) for i in range(100))
     astore.add_level(run_id, summary_from_h200(0))

@@ -45,6 +45,15 @@ def test_chunk_payload_round_trips_any_token_counts(
     assert (back.itl_s, back.tokens_per_chunk) == (gaps, tokens)
 
 
+def test_requests_come_back_in_order_across_read_pages(mem_store: Store) -> None:
+    run_id = mem_store.create_run(name="pages")
+    for level in (1, 0):  # stored out of order on purpose
+        mem_store.add_requests(record(run_id, level, i) for i in range(6000))
+    mem_store.flush()
+    keys = [(r.level_index, r.request_index) for r in mem_store.iter_requests(run_id)]
+    assert keys == [(lv, i) for lv in (0, 1) for i in range(6000)]
+
+
 def test_same_request_written_twice_is_kept_once(mem_store: Store) -> None:
     run_id = mem_store.create_run(name="dup")
     mem_store.add_request(record(run_id, 0, 0, output_tokens=10))
