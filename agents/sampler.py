@@ -100,7 +100,9 @@ class Sampler:
     async def run(self) -> None:
         """Sample on a fixed grid (no drift) until cancelled."""
         loop = asyncio.get_running_loop()
-        next_at = loop.time()
+        next_at = loop.time() + (self.interval_s if self.seq else 0.0)
+        if self.seq:
+            await asyncio.sleep(self.interval_s)
         while True:
             try:
                 await self.sample_once()

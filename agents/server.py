@@ -169,6 +169,7 @@ async def _run_agent(
         platform,
         len(gpu_infos),
     )
+    await sampler.sample_once()  # /metrics and snapshots have a frame from the first request
     task = asyncio.get_running_loop().create_task(sampler.run(), name="sampler")
     try:
         yield
