@@ -97,7 +97,9 @@ async def run_load_in_subprocess(
 ) -> AsyncIterator[ProgressEvent]:
     """Yield the worker's progress events; the last is RunFinished or RunFailed.
 
-    Closing the iterator early (``aclose()`` / breaking out) stops the worker.
+    Closing the iterator early stops the worker: use ``contextlib.aclosing`` so a
+    ``break`` closes it at once (a bare ``async for`` only closes it when the
+    generator is garbage-collected).
     """
     ctx = multiprocessing.get_context("spawn")
     events = ctx.Queue()

@@ -110,10 +110,19 @@ class Conn(asyncio.Protocol):
         body, self.buf = rest[:length], rest[length:]
         recv, self.recv = self.recv, PERF()
         self.busy = True
-        if method == "GET" and path == "/_truth":
-            self._json(200, {"requests": self.server.truth, "reuse_drops": self.server.reuse_drops})
+        if method == "GET":  # the truth log, and what other clients probe first
+            self._json(*self._get(path))
             return
         self._answer(recv, headers, body)
+
+    def _get(self, path: str) -> tuple[int, Any]:
+        if path == "/_truth":
+            return 200, {"requests": self.server.truth, "reuse_drops": self.server.reuse_drops}
+        if path == "/health":
+            return 200, {"status": "ok"}
+        if path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": "sched", "object": "model"}]}
+        return 404, {"error": {"message": f"no route {path}"}}
 
     def _json(self, status: int, obj: Any) -> None:
         assert self.transport is not None
@@ -156,7 +165,11 @@ class Conn(asyncio.Protocol):
         entry["role_sent"] = PERF()
         if fault == 3:
             return  # stall: never another byte
-        tokens = 0 if fault == 5 else int(req.get("max_tokens", 16))
+        tokens = (
+            0
+            if fault == 5
+            else int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
+        )
         itl_s = srv.args.itl_ms / 1000.0
         loop = asyncio.get_running_loop()
         # Planned on the loop's clock (monotonic, like perf_counter) from receipt.

@@ -4,6 +4,7 @@ and the worker process the TUI uses."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import aclosing
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,25 @@ async def test_worker_process_reports_a_bad_dataset(tmp_path: Path) -> None:
     ]
     assert isinstance(events[-1], RunFailed)
     assert "missing.json" in events[-1].message
+
+
+async def test_a_killed_worker_loses_only_the_requests_in_flight(
+    sched_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    server = sched_server(*FAST)
+    path = tmp_path / "crash.jsonl"
+    spec = LoadSpec((ClosedLoop(4),), requests_per_level=100_000)
+    seen = 0
+    worker = run_load_in_subprocess(
+        spec, Workload(input_len=8, output_len=4), Target(server.url, "m"),
+        SinkSpec(jsonl_path=str(path)),
+    )  # fmt: skip
+    async with aclosing(worker) as events:  # closing SIGTERMs the worker mid-run
+        async for event in events:
+            if isinstance(event, LevelProgress) and event.completed >= 20:
+                seen = event.completed
+                break
+    records, levels = read_jsonl(path)
+    assert seen >= 20 and levels == []
+    assert len(records) >= seen  # everything reported finished is on disk
+    assert all(r.ok for r in records)
