@@ -9,7 +9,7 @@ one SQLite file (sqlite-utils), written by one thread, read off the TUI's loop.
 
 from store.aio import AsyncStore
 from store.errors import RunNotFoundError, StoreError, StoreVersionError, StoreWriteError
-from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
+from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo, rows_from_frame
 from store.maintenance import PruneResult
 from store.models import (
     Comparison,
@@ -47,4 +47,5 @@ __all__ = [
     "TelemetryRow",
     "default_db_path",
     "open_store",
+    "rows_from_frame",
 ]

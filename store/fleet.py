@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from store.energy import INVALIDATE_SQL, SETTLE_S
 from store.models import EngineRow, GpuRow, TelemetryRow
@@ -74,6 +74,74 @@ class GpuPoint:
     power_w: float | None
     samples: int
     """1 for a raw sample; how many samples a per-minute history point averages."""
+
+
+class GpuLike(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def util_pct(self) -> float | None: ...
+    @property
+    def mem_used_bytes(self) -> int | None: ...
+    @property
+    def power_w(self) -> float | None: ...
+    @property
+    def energy_j(self) -> float | None: ...
+    @property
+    def temp_c(self) -> float | None: ...
+    @property
+    def sm_clock_mhz(self) -> float | None: ...
+
+
+class EngineLike(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def kv_cache_usage(self) -> float | None: ...
+    @property
+    def requests_running(self) -> float | None: ...
+    @property
+    def requests_waiting(self) -> float | None: ...
+    @property
+    def prompt_tok_s(self) -> float | None: ...
+    @property
+    def generation_tok_s(self) -> float | None: ...
+    @property
+    def ttft_p50_s(self) -> float | None: ...
+    @property
+    def itl_p50_s(self) -> float | None: ...
+
+
+class FrameLike(Protocol):
+    """The fields of ``agents.protocol.TelemetryFrame`` the store keeps (the
+    store may not import the agent package, so it names them structurally)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def ts(self) -> float: ...
+    @property
+    def gpus(self) -> Sequence[GpuLike]: ...
+    @property
+    def engines(self) -> Sequence[EngineLike]: ...
+
+
+def rows_from_frame(frame: FrameLike) -> list[TelemetryRow]:
+    """A telemetry frame as the rows ``add_telemetry`` takes."""
+    rows: list[TelemetryRow] = [
+        GpuRow(frame.node, frame.ts, g.index, g.util_pct, g.mem_used_bytes, g.power_w,
+               g.energy_j, g.temp_c, g.sm_clock_mhz)
+        for g in frame.gpus
+    ]  # fmt: skip
+    rows += [
+        EngineRow(frame.node, frame.ts, e.id, e.kind, e.kv_cache_usage, e.requests_running,
+                  e.requests_waiting, e.prompt_tok_s, e.generation_tok_s, e.ttft_p50_s,
+                  e.itl_p50_s)
+        for e in frame.engines
+    ]  # fmt: skip
+    return rows
 
 
 class FleetMixin:

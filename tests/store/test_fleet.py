@@ -87,3 +87,54 @@ def test_gpu_series_joins_raw_samples_and_folded_history(mem_store: Store) -> No
     mem_store.prune_telemetry(older_than_s=7 * 86400)
     series = mem_store.gpu_series("n", 0, old - 1, recent + 1)
     assert [(p.util_pct, p.samples) for p in series] == [(40.0, 60), (90.0, 1)]
+
+
+def test_agent_frames_convert_to_stored_rows(mem_store: Store) -> None:
+    from agents.protocol import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
+    from store import rows_from_frame
+
+    frames = [
+        TelemetryFrame(
+            node="h200-1",
+            seq=k,
+            ts=t["t"],
+            host=HostSample(cpu_pct=12.0),
+            gpus=(
+                GpuSample(
+                    index=0,
+                    name="NVIDIA H200",
+                    util_pct=float(t["util_gpu"]),
+                    mem_used_bytes=int(t["mem_used"]),
+                    power_w=t["power_mw"] / 1000,
+                    energy_j=t["energy_mj"] / 1000,
+                    temp_c=float(t["temp_c"]),
+                ),
+            ),
+            engines=(
+                EngineTelemetry(
+                    id="llama",
+                    kind="llamacpp",
+                    state="ready",
+                    health="healthy",
+                    requests_running=3.0,
+                    kv_cache_usage=None,
+                ),
+            ),
+        )
+        for k, t in enumerate(h200_trace())
+    ]
+    for frame in frames:
+        mem_store.add_telemetry(rows_from_frame(frame))
+    run_id = mem_store.create_run(name="framed", node="h200-1")
+    mem_store.add_level(run_id, summary_from_h200(2))
+    mem_store.flush()
+    series = mem_store.gpu_series("h200-1", 0, frames[0].ts, frames[-1].ts)
+    assert [p.power_w for p in series] == [f.gpus[0].power_w for f in frames]
+    (row,) = mem_store.compare([run_id]).rows
+    assert row.energy_j is not None and row.energy_j > 0
+    engine_rows = mem_store._read(
+        lambda c: c.execute(
+            "SELECT count(*), max(requests_running), max(kv_cache_usage) FROM engine_samples"
+        ).fetchone()
+    )
+    assert engine_rows == (len(frames), 3.0, None)  # unknown stays NULL, never 0
