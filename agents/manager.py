@@ -5,6 +5,7 @@ event stream the control plane follows."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -61,6 +62,8 @@ class EngineManager:
         self._event_seq = 0
         self._locks: dict[str, asyncio.Lock] = {}
         self._unwatch: list[Any] = []
+        self._starting: dict[str, asyncio.Task[bool]] = {}
+        """Start-ups running in the background (``wait=False``), cancelled by a stop."""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- events -----------------------------------------------------------------
@@ -101,6 +104,8 @@ class EngineManager:
         for unwatch in self._unwatch:
             unwatch()
         self._unwatch.clear()
+        for task in list(self._starting.values()):
+            task.cancel()
 
     def _exited_threadsafe(self, dep_id: str, reason: str, died_at: float) -> None:
         if self._loop is not None and not self._loop.is_closed():
@@ -213,12 +218,18 @@ class EngineManager:
     ) -> Deployment:
         dep = self.prepare(kind, launch, gpus, options or {}, runtime)
         self.deployments[dep.id] = dep
-        self._locks[dep.id] = asyncio.Lock()
-        async with self._locks[dep.id]:
-            if wait:
-                await self._bring_up(dep)
-            else:
-                asyncio.get_running_loop().create_task(self._bring_up(dep))
+        lock = self._locks[dep.id] = asyncio.Lock()
+
+        async def bring_up() -> bool:
+            async with lock:  # a stop or swap waits for the health gate
+                return await self._bring_up(dep)
+
+        if wait:
+            await bring_up()
+        else:
+            task = asyncio.get_running_loop().create_task(bring_up())
+            self._starting[dep.id] = task  # a reference until done, and for stop() to cancel
+            task.add_done_callback(lambda _: self._starting.pop(dep.id, None))
         return dep
 
     async def _bring_up(self, dep: Deployment) -> bool:
@@ -270,6 +281,11 @@ class EngineManager:
 
     async def stop(self, dep_id: str) -> Deployment:
         dep = self.get(dep_id)
+        starting = self._starting.get(dep_id)
+        if starting is not None:  # an operator's stop ends a start-up still waiting for health
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
             await self._take_down(dep)
             self.emit("stopped", dep.id)

@@ -94,6 +94,11 @@ class ComposeRuntime:
             proc.kill()
             await proc.wait()
             raise RuntimeError_(f"compose {args[0]} took longer than {timeout_s:.0f} s") from None
+        except asyncio.CancelledError:
+            # A stop overtook this start: compose must be gone before "down" runs after it.
+            proc.kill()
+            await asyncio.shield(proc.wait())
+            raise
         text = out.decode(errors="replace")
         if proc.returncode != 0:
             tail = "\n".join(text.strip().splitlines()[-6:])

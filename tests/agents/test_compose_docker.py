@@ -207,3 +207,15 @@ async def test_logs_tail_and_follow(rig: object, node: str, docker_config: Agent
         finally:
             await client.stop(engine.id)
     assert containers(node) == []
+
+
+async def test_stop_during_a_background_start_leaves_nothing(
+    rig: object, node: str, docker_config: AgentConfig
+) -> None:
+    async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("llamacpp", llama(rig, 1), wait=False)
+        assert engine.state == "starting"
+        stopped = await client.stop(engine.id)
+        assert stopped.state == "stopped"
+        assert await client.engines() == []
+    assert containers(node) == []

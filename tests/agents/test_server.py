@@ -214,3 +214,16 @@ async def test_stream_reconnects_across_an_agent_restart(
     assert first_run == sorted(set(first_run))
     assert second_run and second_run == sorted(set(second_run))
     assert second_run[0] <= 3  # the new run's early frames were not skipped as "old"
+
+
+async def test_a_node_without_accelerator_reports_host_only(
+    make_config: Callable[..., AgentConfig],
+) -> None:
+    async with (
+        embedded_agent(make_config(platform="linux")) as (url, token),
+        AgentClient(url, token) as client,
+    ):
+        node = await client.node_info()
+        frame = await client.snapshot()
+    assert node.platform == "linux" and node.gpus == () and not node.simulated
+    assert frame.gpus == () and frame.host.cpu_pct is not None

@@ -65,3 +65,38 @@ def test_frame_fields_for_unified_memory(lines: list[str]) -> None:
 def test_garbage_is_refused_clearly() -> None:
     with pytest.raises(ValueError, match="not a tegrastats line"):
         parse_tegrastats("hello world")
+
+
+def test_collector_reads_a_running_tegrastats(tmp_path: Path, lines: list[str]) -> None:
+    """The collector's process handling, with a stand-in for the board's tegrastats
+    binary (no Jetson here) that prints the recorded JetPack 7 line."""
+    import sys
+    import time
+
+    from agents.collectors.jetson import TegrastatsCollector
+
+    fake = tmp_path / "tegrastats"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, time\n"
+        f"line = {lines[0]!r}\n"
+        "assert sys.argv[1:3] == ['--interval', '200'], sys.argv\n"
+        "while True:\n"
+        "    print(line, flush=True)\n"
+        "    time.sleep(0.2)\n"
+    )
+    fake.chmod(0o755)
+    collector = TegrastatsCollector(interval_s=0.2, binary=str(fake))
+    collector.open()
+    try:
+        for _ in range(100):
+            (gpu,) = collector.sample()
+            if gpu.util_pct is not None:
+                break
+            time.sleep(0.05)
+        assert gpu.util_pct == 12 and gpu.mem_total_bytes == 62817 * MIB
+        assert collector.rails_w()["VDD_GPU_SOC"] == pytest.approx(5.139)
+        assert collector.unified_memory
+    finally:
+        collector.close()
+    assert collector._proc is not None and collector._proc.poll() is not None
