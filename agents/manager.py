@@ -107,9 +107,26 @@ class EngineManager:
         for task in list(self._starting.values()):
             task.cancel()
 
-    def _exited_threadsafe(self, dep_id: str, reason: str, died_at: float) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._exited, dep_id, reason, died_at)
+    def _exited_threadsafe(
+        self, dep_id: str, reason: str, at: float, *, restarted: bool = False
+    ) -> None:
+        if self._loop is None or self._loop.is_closed():
+            return
+        if restarted:
+            self._loop.call_soon_threadsafe(self._restarted, dep_id, reason)
+        else:
+            self._loop.call_soon_threadsafe(self._exited, dep_id, reason, at)
+
+    def _restarted(self, dep_id: str, reason: str) -> None:
+        dep = self.deployments.get(dep_id)
+        if dep is None or dep.state != "crashed" or dep_id in self._starting:
+            return  # our own start, or one already being gated
+        dep.state, dep.health, dep.message = "loading", "loading", reason
+        dep.started_at = time.time()
+        self.emit("restarted", dep_id, reason)
+        task = asyncio.get_running_loop().create_task(self._gate(dep))
+        self._starting[dep_id] = task
+        task.add_done_callback(lambda _: self._starting.pop(dep_id, None))
 
     def _exited(self, dep_id: str, reason: str, died_at: float | None = None) -> None:
         dep = self.deployments.get(dep_id)

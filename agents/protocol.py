@@ -148,6 +148,7 @@ class EngineInfo:
 
 
 EVENT_KINDS = (
+    "restarted",
     "starting",
     "started",
     "healthy",

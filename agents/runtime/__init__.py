@@ -61,9 +61,12 @@ class RuntimeError_(Exception):
     """A runtime could not do what was asked; the message is the operator's explanation."""
 
 
-ExitCallback = Callable[[str, str, float], None]
-"""``(deployment_id, reason, died_at)``: the runtime saw an engine exit on its own;
-``died_at`` (epoch s) lets the manager ignore the death of an engine it already replaced."""
+class ExitCallback(Protocol):
+    """The runtime saw an engine exit on its own (or, ``restarted``, come back by itself:
+    a restart policy or an operator's ``docker start``).  ``at`` (epoch s) lets the
+    manager ignore the death of an engine it already replaced."""
+
+    def __call__(self, dep_id: str, reason: str, at: float, *, restarted: bool = False) -> None: ...
 
 
 class Runtime(Protocol):

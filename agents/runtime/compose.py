@@ -188,7 +188,7 @@ class ComposeRuntime:
                 decode=True,
                 filters={
                     "type": "container",
-                    "event": ["die", "oom"],
+                    "event": ["die", "oom", "start"],
                     "label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self.node}"],
                 },
             )
@@ -201,14 +201,16 @@ class ComposeRuntime:
                 for event in stream:
                     attrs = event.get("Actor", {}).get("Attributes", {})
                     dep_id = attrs.get(LABEL_DEPLOYMENT)
-                    if dep_id:
+                    if not dep_id:
+                        continue
+                    at = float(event.get("timeNano", 0)) / 1e9 or time.time()
+                    name = attrs.get("name", "?")
+                    if event.get("Action") == "start":
+                        on_exit(dep_id, f"container {name} started again", at, restarted=True)
+                    else:
                         code = attrs.get("exitCode", "?")
-                        on_exit(
-                            dep_id,
-                            f"container {attrs.get('name', '?')} exited "
-                            f"(code {code}, docker event {event.get('Action')})",
-                            float(event.get("timeNano", 0)) / 1e9 or time.time(),
-                        )
+                        reason = f"container {name} exited (code {code}, {event.get('Action')})"
+                        on_exit(dep_id, reason, at)
             except Exception as exc:  # closed by unwatch, or the daemon went away
                 log.debug("docker events ended: %s", exc)
 

@@ -172,9 +172,20 @@ async def test_adopted_after_agent_restart_and_crash_reported_fast(
         assert (crashed.kind, crashed.engine_id) == ("crashed", engine.id)
         assert crashed.ts - killed_at < 2.0
         assert "exited" in crashed.message
-        await events.aclose()
         (info,) = await client.engines()
         assert (info.state, info.health) == ("crashed", "dead")
+
+        # Started again behind the agent's back: reported, health-gated, back in service.
+        again = await asyncio.create_subprocess_exec(
+            "docker", "start", container, stdout=asyncio.subprocess.DEVNULL
+        )
+        assert await again.wait() == 0
+        restarted = await asyncio.wait_for(anext(events), timeout=10)
+        healthy = await asyncio.wait_for(anext(events), timeout=30)
+        assert (restarted.kind, healthy.kind) == ("restarted", "healthy")
+        await events.aclose()
+        (info,) = await client.engines()
+        assert (info.state, info.health) == ("ready", "healthy")
         await client.stop(engine.id)
     assert containers(node) == []
 
