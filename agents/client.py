@@ -167,7 +167,7 @@ class AgentClient:
         options: dict[str, Any] | None = None,
         timeout_s: float = 900,
     ) -> EngineInfo:
-        body = {"config": config, "kind": kind, "options": options or {}}
+        body = {"config": config, "kind": kind, "options": options}
         data = await self._request(
             "POST",
             f"/v1/engines/{engine_id}/swap",

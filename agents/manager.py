@@ -221,6 +221,7 @@ class EngineManager:
             gpu_ids=gpu_ids,
             port=port,
             simulated=runtime_name == "sim",
+            options={k: v for k, v in options.items() if k == "model_dir"},
         )
 
     async def start(
@@ -328,17 +329,18 @@ class EngineManager:
         old = self.get(dep_id)
         new_kind = kind or old.kind
         launch = {**launch, "port": old.port, "gpu_ids": list(old.gpu_ids)}
-        candidate = self.prepare(new_kind, launch, list(old.gpu_ids), options or {}, old.runtime)
+        options = old.options if options is None else options  # keep the model mount
+        candidate = self.prepare(new_kind, launch, list(old.gpu_ids), options, old.runtime)
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
-            previous = (old.kind, dict(old.config))
+            previous = (old.kind, dict(old.config), dict(old.options))
             await self._take_down(old)
-            old.kind, old.config = candidate.kind, candidate.config
+            old.kind, old.config, old.options = candidate.kind, candidate.config, candidate.options
             if await self._bring_up(old):
                 self.emit("swapped", dep_id, f"now {old.kind} {old.config.get('model', '')}")
                 return old
             reason = old.message
             await self._take_down(old)
-            old.kind, old.config = previous
+            old.kind, old.config, old.options = previous
             ok = await self._bring_up(old)
             old.message = f"swap failed ({reason}); " + (
                 "rolled back to the previous engine" if ok else "roll-back failed too"

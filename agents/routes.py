@@ -177,7 +177,7 @@ async def swap(request: web.Request) -> web.StreamResponse:
         request.match_info["id"],
         dict(body.get("config") or {}),
         kind=body.get("kind"),
-        options=dict(body.get("options") or {}),
+        options=None if body.get("options") is None else dict(body["options"]),
     )
     return web.json_response(to_dict(dep.info()))
 

@@ -93,24 +93,32 @@ def check_start_request(
                     f"{ns}: {value!r} is refused: only what the engine's Compose file declares "
                     f"({declared.get(ns) or 'nothing'}) is allowed"
                 )
-    for mount in options.get("volumes", ()) or ():
-        host = str(mount).split(":", 1)[0]
-        if "docker.sock" in host:
-            raise PolicyError("mounting the Docker socket is refused")
-        if not host.startswith(("/", ".", "~")):
-            raise PolicyError(
-                f"volume {mount!r}: only bind mounts of model directories are allowed"
-            )
-        if not config.model_dirs or not _under(Path(host).expanduser(), config.model_dirs):
-            dirs = ", ".join(str(d) for d in config.model_dirs) or "none configured"
-            raise PolicyError(
-                f"bind mount {host!r} is outside the model directories ({dirs}; "
-                "add one with --model-dir)"
-            )
+    host_paths = [str(m).split(":", 1)[0] for m in options.get("volumes", ()) or ()]
+    if options.get("model_dir"):
+        host_paths.append(str(options["model_dir"]))
     model = launch.get("model")
     if isinstance(model, str) and model.startswith("/") and options.get("model_on_host"):
-        if not _under(Path(model), config.model_dirs):
-            raise PolicyError(f"model {model!r} is outside the model directories")
+        host_paths.append(model)
+    for host in host_paths:
+        _check_host_path(config, host)
+    if options.get("volumes"):
+        raise PolicyError(
+            "extra volumes are not supported: set options.model_dir, mounted where the "
+            "engine's Compose file keeps its models"
+        )
+
+
+def _check_host_path(config: AgentConfig, host: str) -> None:
+    if "docker.sock" in host:
+        raise PolicyError("mounting the Docker socket is refused")
+    if not host.startswith(("/", "~")):
+        raise PolicyError(f"{host!r}: only absolute host paths inside the model directories")
+    if not config.model_dirs or not _under(Path(host).expanduser(), config.model_dirs):
+        dirs = ", ".join(str(d) for d in config.model_dirs) or "none configured"
+        raise PolicyError(
+            f"host path {host!r} is outside the model directories ({dirs}; "
+            "add one with --model-dir)"
+        )
 
 
 class AuditLog:

@@ -22,6 +22,8 @@ class Deployment:
     runtime: str
     config: dict[str, Any]
     gpu_ids: tuple[int, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    """Checked deployment options (``model_dir``: the host directory mounted for models)."""
     port: int | None = None
     host: str = "127.0.0.1"
     state: str = "starting"

@@ -115,6 +115,8 @@ class ComposeRuntime:
         except (FileNotFoundError, ValueError, TypeError) as exc:
             raise RuntimeError_(f"cannot prepare {dep.kind}: {exc}") from exc
         env.setdefault("ENGINE_BIND", dep.host)
+        if dep.options.get("model_dir"):  # checked against --model-dir by the policy
+            env["MODEL_CACHE"] = os.path.realpath(os.path.expanduser(dep.options["model_dir"]))
         env["DEPLOYMENT_ID"], env["NODE_NAME"] = dep.id, self.node
         self.state.save(dep, compose_file=str(path), env=env)
         await self._compose(dep, "up", "-d", "--no-build", "--pull", "never", env=env)

@@ -7,6 +7,7 @@ import asyncio
 import re
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -140,6 +141,18 @@ async def test_metrics_expose_the_frame_values(agent: tuple) -> None:
             "Docker socket",
         ),
         ("llamacpp", {"model": "/models/tiny.gguf"}, {"pid": "host"}, "pid: 'host' is refused"),
+        (
+            "llamacpp",
+            {"model": "/models/tiny.gguf"},
+            {"model_dir": "/root/.ssh"},
+            "'/root/.ssh' is outside the model directories",
+        ),
+        (
+            "llamacpp",
+            {"model": "/models/tiny.gguf"},
+            {"model_dir": "/srv/models/../../etc"},
+            "outside the model directories",
+        ),
         ("vllm", {"model": "m"}, {}, "not allow-listed"),
     ],
 )
@@ -147,6 +160,7 @@ async def test_start_requests_outside_the_policy_are_refused(
     make_config: Callable[..., AgentConfig], kind: str, config: dict, options: dict, words: str
 ) -> None:
     cfg = make_config(
+        model_dirs=(Path("/srv/models"),),
         allowed_engines=frozenset({"llamacpp", "sim"}),
         allowed_images=frozenset({"infer-top/llama-server:0.3.36-r1"}),
     )
