@@ -184,6 +184,7 @@ class _LevelRun:
         self.start = time.perf_counter()
         self.measure_start: float | None = None
         self.errors: Counter[str] = Counter()
+        self.cut = 0
         self.ttfts: list[float] = []
         self.token_marks: deque[tuple[float, int]] = deque()
 
@@ -260,7 +261,10 @@ class _LevelRun:
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.add(asyncio.create_task(self._gated(gate, *slot, scheduled=due)))
-            tasks = {t for t in tasks if not t.done()}
+            if len(tasks) >= 1024:  # drop finished ones now and then, keeping their errors
+                done = {t for t in tasks if t.done()}
+                await _reap(done)
+                tasks -= done
             due += next(gaps)
         await self._finish(tasks)
 
@@ -288,12 +292,7 @@ class _LevelRun:
             break
         for task in pending:
             task.cancel()  # cut: recorded as incomplete by _one
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        for outcome in results:
-            if isinstance(outcome, BaseException) and not isinstance(
-                outcome, asyncio.CancelledError
-            ):
-                raise outcome
+        await _reap(tasks)
 
     async def _one(self, number: int, warmup: bool, scheduled: float) -> None:
         item = self.prompts.item(self.first_number + number)
@@ -354,7 +353,10 @@ class _LevelRun:
     def _keep(self, record: RequestRecord) -> None:
         self.records.append(record)
         self.sink.write(record)
-        if record.warmup or record.incomplete:
+        if record.warmup:
+            return
+        if record.incomplete:
+            self.cut += 1
             return
         if record.error_kind is not None:
             self.errors[str(record.error_kind)] += 1
@@ -376,13 +378,12 @@ class _LevelRun:
             marks.popleft()
         span = min(LIVE_RATE_WINDOW_S, now - self.start)
         ordered = sorted(self.ttfts)
-        measured = [r for r in self.records if not r.warmup]
         self.emit(
             LevelProgress(
                 level_index=self.index,
                 completed=len(ordered),
                 failed=sum(self.errors.values()),
-                incomplete=sum(1 for r in measured if r.incomplete),
+                incomplete=self.cut,
                 in_flight=self.in_flight,
                 output_tok_s=sum(n for _, n in marks) / span if span > 0 else 0.0,
                 ttft_p50_s=quantile(ordered, 0.5) if ordered else None,
@@ -391,3 +392,10 @@ class _LevelRun:
                 elapsed_s=now - self.start,
             )
         )
+
+
+async def _reap(tasks: set[asyncio.Task[None]]) -> None:
+    """Wait for ``tasks``; re-raise a real error (a sink that cannot write, say)."""
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            raise outcome

@@ -64,12 +64,14 @@ def test_bench_saves_the_run_to_the_store(sched_server: Callable[..., Any], tmp_
     server = sched_server(*FAST)
     db = tmp_path / "runs.db"
     argv = ["--url", server.url, "--model", "m", "--concurrency", "2", "--requests", "6",
-            "--save", "--db", str(db), "--name", "smoke", "--quiet"]  # fmt: skip
+            "--warmup", "1", "--save", "--db", str(db), "--name", "smoke", "--quiet"]  # fmt: skip
     assert bench(argv) == 0
     with open_store(db) as st:
         (run,) = st.list_runs()
         assert run.name == "smoke" and run.status == "completed"
-        assert st.request_count(run.run_id) == 6
+        assert st.request_count(run.run_id) == 7
+        stored = list(st.iter_requests(run.run_id))
+        assert sum(r.warmup for r in stored) == 1 and all(r.ok for r in stored)
         assert [lv.summary.completed for lv in st.levels(run.run_id)] == [6]
         assert run.engine_kind == "openai" and run.workload["output_len"] == 128
 
