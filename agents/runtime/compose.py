@@ -105,7 +105,8 @@ class ComposeRuntime:
             raise RuntimeError_(f"compose {args[0]} failed (exit {proc.returncode}): {tail}")
         return text
 
-    async def start(self, dep: Deployment) -> None:
+    def render(self, dep: Deployment) -> tuple[Path, dict[str, str]]:
+        """The engine's Compose file for this platform and the environment it runs with."""
         spec = get_spec(dep.kind)
         try:
             path = spec.compose_file(self.platform)
@@ -116,8 +117,12 @@ class ComposeRuntime:
             raise RuntimeError_(f"cannot prepare {dep.kind}: {exc}") from exc
         env.setdefault("ENGINE_BIND", dep.host)
         if dep.options.get("model_dir"):  # checked against --model-dir by the policy
-            env["MODEL_CACHE"] = os.path.realpath(os.path.expanduser(dep.options["model_dir"]))
+            env["MODEL_CACHE"] = str(Path(dep.options["model_dir"]).expanduser().resolve())
         env["DEPLOYMENT_ID"], env["NODE_NAME"] = dep.id, self.node
+        return path, env
+
+    async def start(self, dep: Deployment) -> None:
+        path, env = self.render(dep)
         self.state.save(dep, compose_file=str(path), env=env)
         await self._compose(dep, "up", "-d", "--no-build", "--pull", "never", env=env)
 
