@@ -73,14 +73,21 @@ class Store(FleetMixin):
         self._next_prune = 0.0
         self.memory = str(path) == MEMORY
         if not self.memory:
-            # Private by default: run data can name hosts, models and prompts.
+            # Private by default: runs name hosts, models, images and settings.
             Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         conn = self._connect(busy_timeout_s)
         try:
             self.version_before = migrate(conn, path)
+            self._setup(conn, busy_timeout_s, max_db_bytes)
         except BaseException:
             conn.close()
             raise
+        # A ":memory:" store's one connection is closed with the read side.
+        self._writer = Writer(conn, self._write_lock, on_error, owns_conn=not self.memory)
+
+    def _setup(
+        self, conn: sqlite3.Connection, busy_timeout_s: float, max_db_bytes: int | None
+    ) -> None:
         conn.isolation_level = None  # explicit BEGIN / COMMIT from here on
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
@@ -99,8 +106,6 @@ class Store(FleetMixin):
         self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
         if max_db_bytes is not None:
             conn.execute(f"PRAGMA max_page_count = {max(1, max_db_bytes // self._page_size)}")
-        # A ":memory:" store's one connection is closed with the read side.
-        self._writer = Writer(conn, self._write_lock, on_error, owns_conn=not self.memory)
 
     def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
         conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, check_same_thread=False)
