@@ -160,8 +160,11 @@ async def start(request: web.Request) -> web.StreamResponse:
         runtime=body.get("runtime"),
         wait=bool(body.get("wait", True)),
     )
-    status = 201 if dep.state in ("ready", "starting", "loading") else 502
-    return web.json_response(to_dict(dep.info()), status=status)
+    if dep.state in ("ready", "starting", "loading"):
+        return web.json_response(to_dict(dep.info()), status=201)
+    # Kept in the engine list (state crashed, with the reason) until stopped.
+    error = f"{dep.kind} {dep.id} did not start: {dep.message}"
+    return web.json_response({"error": error, "engine": to_dict(dep.info())}, status=502)
 
 
 @_audited("stop")

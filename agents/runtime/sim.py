@@ -35,18 +35,21 @@ class SimRuntime:
             raise RuntimeError_(str(exc)) from exc
 
     async def start(self, dep: Deployment) -> None:
-        from engines.sim import ProfileError, start_sim
+        from engines.sim import FaultConfig, ProfileError, start_sim
 
         cfg = dep.config
         try:
+            # Faults (crash_after, error_rate, load_time_s, ...) let a demo show failures.
+            faults = FaultConfig(**cfg["faults"]) if cfg.get("faults") else None
             running = await start_sim(
                 str(cfg["profile"]),
                 host=dep.host,
                 port=dep.port or 0,
                 seed=int(cfg.get("seed") or 0),
                 time_scale=cfg.get("time_scale"),
+                faults=faults,
             )
-        except (ProfileError, OSError) as exc:
+        except (ProfileError, OSError, TypeError, ValueError) as exc:
             raise RuntimeError_(f"simulator did not start: {exc}") from exc
         dep.port = running.port
         self._running[dep.id] = running

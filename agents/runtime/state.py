@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agents.runtime import Deployment
+from agents.runtime import Deployment, RuntimeError_
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,14 @@ class StateStore:
             **extra,
         }
         tmp = self._path(dep.id).with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self._path(dep.id))  # never a half-written record
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, self._path(dep.id))  # never a half-written record
+        except OSError as exc:  # full disk, read-only state dir: refuse before starting
+            tmp.unlink(missing_ok=True)
+            raise RuntimeError_(
+                f"cannot record deployment {dep.id} in {self.dir}: {exc.strerror}"
+            ) from exc
 
     def load(self, dep_id: str) -> dict[str, Any] | None:
         try:

@@ -4,11 +4,13 @@ engines (engines.sim) through the same manager."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from agents.client import AgentClient, AgentError
@@ -86,3 +88,33 @@ async def test_unknown_sim_profile_is_a_clear_error(agent: tuple) -> None:
     with pytest.raises(AgentError) as info:
         await client.start("sim", {"profile": "no-such-profile"})
     assert info.value.status == 400 and "no-such-profile" in info.value.message
+
+
+async def test_simulated_crash_is_reported(agent: tuple) -> None:
+    _, client = agent
+    engine = await client.start(
+        "sim", {"profile": "h100-llama2-7b-llamacpp", "faults": {"crash_after": 0}}
+    )
+    events = client.events()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    async with aiohttp.ClientSession() as http:
+        with contextlib.suppress(aiohttp.ClientError):
+            async with http.post(f"{engine.url}/v1/chat/completions", json=body) as resp:
+                await resp.read()
+    crashed = await asyncio.wait_for(anext(events), timeout=10)
+    await events.aclose()
+    assert (crashed.kind, crashed.engine_id) == ("crashed", engine.id)
+    (info,) = await client.engines()
+    assert info.state == "crashed"
+    await client.stop(engine.id)
+
+
+async def test_bad_fault_settings_are_refused(agent: tuple) -> None:
+    _, client = agent
+    with pytest.raises(AgentError) as info:
+        await client.start("sim", {"profile": "h100-llama2-7b-vllm", "faults": {"error_rate": 2}})
+    assert info.value.status == 502
+    assert info.value.message.startswith("vllm ") and "error_rate must be within 0..1" in (
+        info.value.message
+    )
+    assert (await client.engines())[0].state == "crashed"

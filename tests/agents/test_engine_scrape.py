@@ -1,0 +1,85 @@
+"""Engine scrapes against real HTTP servers: recorded llama-server payloads become
+rates; garbage or a dead engine become n/a, never 0 and never an exception."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from agents.collectors.engines import EngineScraper
+from agents.runtime import Deployment
+from agents.specs import get_spec
+
+
+@pytest.fixture
+async def engine_server(fixtures_dir: Path) -> AsyncIterator[tuple[str, dict[str, bytes]]]:
+    """A real HTTP server answering with whatever the test puts in ``payloads``."""
+    live = fixtures_dir / "llamacpp-live"
+    payloads = {
+        "/metrics": (live / "metrics-idle.txt").read_bytes(),
+        "/slots": (live / "slots-idle.json").read_bytes(),
+    }
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=payloads[request.path], content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", serve)
+    app.router.add_get("/slots", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}", payloads
+    await runner.cleanup()
+
+
+def dep_for(url: str) -> Deployment:
+    port = int(url.rsplit(":", 1)[1])
+    return Deployment(
+        id="e1",
+        kind="llamacpp",
+        runtime="compose",
+        config={},
+        port=port,
+        state="ready",
+        health="healthy",
+    )
+
+
+async def test_recorded_llama_server_payloads_become_a_sample(
+    engine_server: tuple[str, dict[str, bytes]], fixtures_dir: Path
+) -> None:
+    url, payloads = engine_server
+    live = fixtures_dir / "llamacpp-live"
+    dep, spec = dep_for(url), get_spec("llamacpp")
+    async with aiohttp.ClientSession() as http:
+        scraper = EngineScraper(http)
+        first = scraper.telemetry(dep, await scraper.sample(dep, spec))
+        assert first.requests_running == 0 and first.generation_tok_s is None  # no rate yet
+        payloads["/metrics"] = (live / "metrics-under-load.txt").read_bytes()
+        payloads["/slots"] = (live / "slots-busy.json").read_bytes()
+        second = scraper.telemetry(dep, await scraper.sample(dep, spec))
+    assert second.requests_running is not None and second.requests_running >= 1
+    assert second.kv_cache_usage is not None and second.kv_cache_usage_is_estimate
+    assert second.generation_tok_s is not None and second.generation_tok_s > 0
+
+
+async def test_garbage_and_dead_engines_read_as_not_available(
+    engine_server: tuple[str, dict[str, bytes]],
+) -> None:
+    url, payloads = engine_server
+    payloads["/metrics"] = b"\x00\xff this is not prometheus {{{"
+    dep, spec = dep_for(url), get_spec("llamacpp")
+    async with aiohttp.ClientSession() as http:
+        scraper = EngineScraper(http)
+        assert await scraper.sample(dep, spec) is None
+        dead = Deployment(id="e2", kind="llamacpp", runtime="compose", config={}, port=1)
+        assert await scraper.sample(dead, spec) is None
+        telemetry = scraper.telemetry(dep, None)
+    assert telemetry.kv_cache_usage is None and telemetry.requests_running is None
+    assert telemetry.state == "ready"  # the engine's state is not guessed from one scrape
