@@ -8,6 +8,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -229,4 +230,22 @@ async def test_stop_during_a_background_start_leaves_nothing(
         stopped = await client.stop(engine.id)
         assert stopped.state == "stopped"
         assert await client.engines() == []
+    assert containers(node) == []
+
+
+async def test_adopted_from_labels_alone_when_the_state_dir_is_lost(
+    rig: object, node: str, docker_config: AgentConfig, tmp_path: Path
+) -> None:
+    async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("llamacpp", llama(rig, 1))
+    fresh = replace(docker_config, state_dir=tmp_path / "other-state")
+    async with embedded_agent(fresh) as (url, token), AgentClient(url, token) as client:
+        (adopted,) = await client.engines()
+        assert (adopted.id, adopted.kind, adopted.port) == (engine.id, "llamacpp", engine.port)
+        assert adopted.message and "adopted" in adopted.message
+        frame = await frames_until(
+            client, lambda f: any(e.requests_running is not None for e in f.engines), limit=20
+        )
+        assert frame is not None  # scraped again, found from its labels and published port
+        await client.stop(engine.id)
     assert containers(node) == []
