@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {exc}")
         return 2
     run_id = new_run_id()
-    where = SinkSpec(args.jsonl_path, args.save, args.db, args.name)
+    where = SinkSpec(args.jsonl_path, args.save, args.db if args.save else None, args.name)
     try:
         sink, store_sink = open_sinks(where, run_id, spec, workload, target)
     except Exception as exc:  # unwritable JSONL path, store that will not open

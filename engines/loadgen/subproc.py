@@ -32,8 +32,9 @@ class SinkSpec:
 
     jsonl_path: str | None = None
     save_to_store: bool = False
+    """Save to the store at its default path (``$INFER_TOP_DB`` or the XDG data dir)."""
     store_path: str | None = None
-    """None: the store's default path (``$INFER_TOP_DB`` or the XDG data dir)."""
+    """Save to the store at this path (implies saving)."""
     run_name: str | None = None
 
 
@@ -45,7 +46,7 @@ def open_sinks(
     if where.jsonl_path:
         sinks.append(JsonlSink(where.jsonl_path))
     store_sink = None
-    if where.save_to_store:
+    if where.save_to_store or where.store_path:
         store_sink = StoreSink.open(
             where.store_path,
             run_id=run_id,

@@ -165,3 +165,24 @@ async def test_a_killed_worker_loses_only_the_requests_in_flight(
     assert seen >= 20 and levels == []
     assert len(records) >= seen  # everything reported finished is on disk
     assert all(r.ok for r in records)
+
+
+async def test_worker_process_saves_to_the_store_at_a_given_path(
+    sched_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    from store import open_store
+
+    server = sched_server(*FAST)
+    db = tmp_path / "tui.db"
+    spec = LoadSpec((ClosedLoop(2),), requests_per_level=4)
+    worker = run_load_in_subprocess(
+        spec, Workload(input_len=8, output_len=4), Target(server.url, "m", "vllm"),
+        SinkSpec(store_path=str(db), run_name="from the TUI"), run_id="tui1",
+    )  # fmt: skip
+    async with aclosing(worker) as events:
+        last = [e async for e in events][-1]
+    assert isinstance(last, RunFinished)
+    with open_store(db) as st:
+        run = st.get_run("tui1")
+        assert run.name == "from the TUI" and run.status == "completed"
+        assert run.engine_kind == "vllm" and st.request_count("tui1") == 4
