@@ -91,9 +91,14 @@ class EngineManager:
                     continue
                 for dep in adopted:
                     self.deployments[dep.id] = dep
-                    dep.state, dep.health = "ready", "unknown"
                     dep.message = f"adopted from a previous agent ({runtime.name})"
-                    self.emit("adopted", dep.id, dep.message)
+                    dep.state, dep.health = "ready", "unknown"
+                    with contextlib.suppress(UnknownEngine):  # labels name an unknown kind
+                        _, health = await self._probe(dep)
+                        dep.health = {"ready": "healthy", "loading": "loading"}.get(
+                            health, "unhealthy"
+                        )
+                    self.emit("adopted", dep.id, f"{dep.message}, {dep.health}")
         for runtime in self.runtimes.values():
             unwatch = runtime.watch(self._exited_threadsafe)
             if unwatch is not None:
@@ -264,24 +269,29 @@ class EngineManager:
         self.emit("started", dep.id, dep.url or "")
         return await self._gate(dep)
 
+    async def _probe(self, dep: Deployment) -> tuple[int | None, str]:
+        """One request to the engine's health route, judged by the engine's own rules."""
+        spec = get_spec(dep.kind)
+        status: int | None = None
+        body: bytes | None = None
+        try:
+            async with self.session.get(
+                f"{dep.url}{spec.health_path}", timeout=aiohttp.ClientTimeout(total=2)
+            ) as resp:
+                status, body = resp.status, await resp.read()
+        except (TimeoutError, aiohttp.ClientError):
+            pass
+        return status, spec.classify_health(status, body)
+
     async def _gate(self, dep: Deployment) -> bool:
         """Wait for the engine's own idea of ready (a loading 503 is not a failure)."""
         runtime = self.runtime_for(dep)
-        spec = get_spec(dep.kind)
-        path = spec.health_path
+        path = get_spec(dep.kind).health_path
         deadline = time.monotonic() + self.config.health_timeout_s
-        timeout = aiohttp.ClientTimeout(total=2)
         while time.monotonic() < deadline:
             if dep.state == "crashed":  # the watcher saw it die
                 break
-            status: int | None = None
-            body: bytes | None = None
-            try:
-                async with self.session.get(f"{dep.url}{path}", timeout=timeout) as resp:
-                    status, body = resp.status, await resp.read()
-            except (TimeoutError, aiohttp.ClientError):
-                pass
-            health = spec.classify_health(status, body)
+            status, health = await self._probe(dep)
             if health == "ready":
                 dep.state, dep.health = "ready", "healthy"
                 self.emit("healthy", dep.id, f"{dep.url}{path} answered {status}")

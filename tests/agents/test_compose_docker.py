@@ -158,7 +158,8 @@ async def test_adopted_after_agent_restart_and_crash_reported_fast(
     async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
         (adopted,) = await client.engines()
         assert (adopted.id, adopted.kind, adopted.port) == (engine.id, "llamacpp", engine.port)
-        assert adopted.config["max_num_seqs"] == 2 and adopted.state == "ready"
+        assert adopted.config["max_num_seqs"] == 2
+        assert (adopted.state, adopted.health) == ("ready", "healthy")
         events: AsyncIterator = client.events(since_seq=0)
         first = await anext(events)
         assert (first.kind, first.engine_id) == ("adopted", engine.id)

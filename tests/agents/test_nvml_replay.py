@@ -129,3 +129,27 @@ def test_real_gpu_through_the_same_wrapper() -> None:
             assert gpu.name == info.name
     finally:
         collector.close()
+
+
+@pytest.mark.gpu
+async def test_real_gpu_agent_streams_frames(make_config) -> None:  # type: ignore[no-untyped-def]
+    """The whole agent on a real NVIDIA node: node info and frames from the devices."""
+    from agents.client import AgentClient
+    from agents.embedded import embedded_agent
+
+    async with (
+        embedded_agent(make_config(platform="nvidia", interval_s=0.5)) as (url, token),
+        AgentClient(url, token) as client,
+    ):
+        node = await client.node_info()
+        assert node.platform == "nvidia" and not node.simulated and node.gpus
+        assert node.driver_version
+        seqs = []
+        async for frame in client.stream():
+            assert len(frame.gpus) == len(node.gpus) and not frame.simulated
+            assert all(g.mem_total_bytes for g in frame.gpus)
+            assert all(g.energy_j is None or g.energy_j > 0 for g in frame.gpus)
+            seqs.append(frame.seq)
+            if len(seqs) == 3:
+                break
+        assert seqs == sorted(seqs)

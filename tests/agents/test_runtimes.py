@@ -40,6 +40,7 @@ async def test_native_llama_server_lifecycle_and_adoption(
     async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
         (adopted,) = await client.engines()
         assert (adopted.id, adopted.runtime, adopted.port) == (engine.id, "process", engine.port)
+        assert adopted.health == "healthy"
         pid = int(
             (config.state_dir / "deployments" / f"{engine.id}.json")
             .read_text()
