@@ -41,7 +41,8 @@ ERROR_BODY_PREVIEW_BYTES = 2048
 
 @dataclass(frozen=True, slots=True)
 class ClientLimits:
-    concurrency: int
+    concurrency: int | None
+    """Requests in flight at most; None: unbounded (an open loop must never queue here)."""
     request_timeout_s: float = 600.0
     stall_timeout_s: float = 60.0
     """No byte for this long means the server stalled: a timeout failure."""
@@ -197,7 +198,8 @@ class StreamClient:
         lim = self._limits
         connector = stamping(
             aiohttp.TCPConnector(
-                limit=max(lim.concurrency, 1) + 8,  # never the bottleneck of the load profile
+                # Never the bottleneck of the load profile (0 is aiohttp's "no limit").
+                limit=0 if lim.concurrency is None else lim.concurrency + 8,
                 force_close=force_close,
                 ttl_dns_cache=300,
             )

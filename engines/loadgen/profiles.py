@@ -125,14 +125,10 @@ class LoadSpec:
             raise ProfileError("timeouts must be > 0")
 
     @property
-    def max_in_flight(self) -> int:
-        def one(level: Level) -> int:
-            if isinstance(level, ClosedLoop):
-                return level.concurrency
-            # Open loop without a cap: room for a few seconds of arrivals.
-            return level.max_concurrency or max(64, int(level.rate_rps * 10))
-
-        return max(one(level) for level in self.levels)
+    def max_in_flight(self) -> int | None:
+        """The most requests in flight at once; None when an open-loop level has no cap."""
+        caps = [level.in_flight_cap for level in self.levels]
+        return None if None in caps else max(c for c in caps if c is not None)
 
 
 def concurrency_sweep(values: Sequence[int]) -> tuple[Level, ...]:

@@ -36,6 +36,7 @@ from engines.loadgen.stats import quantile, summarise_level
 from engines.loadgen.workload import PromptSource, Workload
 
 PROGRESS_INTERVAL_S = 0.5
+UNCAPPED_FD_STREAMS = 8192
 LIVE_RATE_WINDOW_S = 5.0
 
 ProgressCallback = Callable[[ProgressEvent], None]
@@ -114,7 +115,9 @@ async def run_load(
     emit = on_progress or (lambda _event: None)
     run_id = run_id or new_run_id()
     quirks = quirks_for(target.engine_kind)
-    warnings = tuple(w for w in (quirks.length_warning(), ensure_fd_limit(spec.max_in_flight)) if w)
+    # Uncapped open loops: room for a server that stalls while arrivals go on.
+    fds = ensure_fd_limit(spec.max_in_flight or UNCAPPED_FD_STREAMS)
+    warnings = tuple(w for w in (quirks.length_warning(), fds) if w)
     prompts = PromptSource(workload)  # a bad dataset fails here, before any request
     clock = RunClock()
     emit(RunStarted(run_id, len(spec.levels), warnings))
