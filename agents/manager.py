@@ -10,7 +10,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 import aiohttp
@@ -129,8 +129,11 @@ class EngineManager:
         dep.state, dep.health, dep.message = "loading", "loading", reason
         dep.started_at = time.time()
         self.emit("restarted", dep_id, reason)
-        task = asyncio.get_running_loop().create_task(self._gate(dep))
-        self._starting[dep_id] = task
+        self._in_background(dep_id, self._gate(dep))
+
+    def _in_background(self, dep_id: str, start_up: Coroutine[Any, Any, bool]) -> None:
+        task = asyncio.get_running_loop().create_task(start_up)
+        self._starting[dep_id] = task  # a reference until done, and for stop() to cancel
         task.add_done_callback(lambda _: self._starting.pop(dep_id, None))
 
     def _exited(self, dep_id: str, reason: str, died_at: float | None = None) -> None:
@@ -250,9 +253,7 @@ class EngineManager:
         if wait:
             await bring_up()
         else:
-            task = asyncio.get_running_loop().create_task(bring_up())
-            self._starting[dep.id] = task  # a reference until done, and for stop() to cancel
-            task.add_done_callback(lambda _: self._starting.pop(dep.id, None))
+            self._in_background(dep.id, bring_up())
         return dep
 
     async def _bring_up(self, dep: Deployment) -> bool:

@@ -6,13 +6,14 @@ wrapper are the code that runs on a real GPU (see the gpu-marked test)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agents.collectors.nvml import NVML_CLOCKS_EVENT_SW_POWER_CAP, NvmlCollector
 from agents.collectors.replay import ReplayNvml
-from agents.config import bundled_trace
+from agents.config import AgentConfig, bundled_trace
 
 
 class StepClock:
@@ -132,7 +133,7 @@ def test_real_gpu_through_the_same_wrapper() -> None:
 
 
 @pytest.mark.gpu
-async def test_real_gpu_agent_streams_frames(make_config) -> None:  # type: ignore[no-untyped-def]
+async def test_real_gpu_agent_streams_frames(make_config: Callable[..., AgentConfig]) -> None:
     """The whole agent on a real NVIDIA node: node info and frames from the devices."""
     from agents.client import AgentClient
     from agents.embedded import embedded_agent
