@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engines.loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
-from engines.loadgen.runner import run_in_new_loop
+from engines.loadgen.process import run_in_new_loop
 from engines.loadgen.stats import percentiles
 from engines.loadgen.workload import PromptSource
 from tests.loadgen.sched_server import SchedServer

@@ -19,6 +19,7 @@ from engines.loadgen.events import (
     RunResult,
     RunStarted,
 )
+from engines.loadgen.process import run_in_new_loop
 from engines.loadgen.profiles import (
     Arrival,
     ClosedLoop,
@@ -32,7 +33,7 @@ from engines.loadgen.profiles import (
     parse_slo,
 )
 from engines.loadgen.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
-from engines.loadgen.runner import Target, run_in_new_loop, run_load
+from engines.loadgen.runner import Target, run_load
 from engines.loadgen.sinks import FanoutSink, JsonlSink, MemorySink, RecordSink, read_jsonl
 from engines.loadgen.subproc import SinkSpec, run_load_in_subprocess
 from engines.loadgen.workload import PromptSource, Workload, WorkloadError

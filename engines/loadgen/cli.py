@@ -18,6 +18,7 @@ from engines.loadgen.events import (
     RunResult,
     RunStarted,
 )
+from engines.loadgen.process import new_run_id, run_in_new_loop
 from engines.loadgen.profiles import (
     Arrival,
     Level,
@@ -30,7 +31,7 @@ from engines.loadgen.profiles import (
 )
 from engines.loadgen.quirks import known_kinds
 from engines.loadgen.report import level_label, summary_table, write_csv, write_json
-from engines.loadgen.runner import Target, new_run_id, run_in_new_loop, run_load
+from engines.loadgen.runner import Target, run_load
 from engines.loadgen.subproc import SinkSpec, open_sinks, plain
 from engines.loadgen.workload import PromptSource, Workload, WorkloadError
 

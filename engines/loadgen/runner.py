@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, TypeVar
 
 # A module import (not names): engines.openai_stream imports this package's
 # records, so either side may be imported first.
@@ -28,6 +26,7 @@ from engines.loadgen.events import (
     RunResult,
     RunStarted,
 )
+from engines.loadgen.process import RunClock, ensure_fd_limit, new_run_id
 from engines.loadgen.profiles import ClosedLoop, Level, LoadSpec, OpenLoop
 from engines.loadgen.quirks import LoadQuirks, quirks_for
 from engines.loadgen.records import LevelSummary, RequestRecord
@@ -40,7 +39,6 @@ UNCAPPED_FD_STREAMS = 8192
 LIVE_RATE_WINDOW_S = 5.0
 
 ProgressCallback = Callable[[ProgressEvent], None]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,48 +56,6 @@ class Target:
             f"Target(url={self.url!r}, model={self.model!r}, engine_kind={self.engine_kind!r}, "
             f"api_key={key}, chat={self.chat})"
         )
-
-
-class RunClock:
-    """Epoch seconds from one wall-clock reading plus ``perf_counter`` deltas."""
-
-    def __init__(self) -> None:
-        self.wall0 = time.time()
-        self.perf0 = time.perf_counter()
-
-    def epoch(self, perf: float) -> float:
-        return self.wall0 + (perf - self.perf0)
-
-
-def new_run_id() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def run_in_new_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop when installed (lower per-chunk overhead), else asyncio."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
-
-
-def ensure_fd_limit(streams: int) -> str | None:
-    """Raise the soft open-files limit for ``streams`` sockets; a warning if it cannot."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not POSIX
-        return None
-    need = streams + 256  # sockets plus the process's own files
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return None
-    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    if target < need:
-        return f"open-files limit {target} is below the {need} that {streams} streams need"
-    return None
 
 
 async def run_load(
@@ -188,6 +144,7 @@ class _LevelRun:
         self.measure_start: float | None = None
         self.errors: Counter[str] = Counter()
         self.cut = 0
+        self.tasks: set[asyncio.Task[None]] = set()
         self.ttfts: list[float] = []
         self.token_marks: deque[tuple[float, int]] = deque()
 
@@ -242,6 +199,13 @@ class _LevelRun:
                 await self._closed(level)
             else:
                 await self._open(level)
+        except BaseException:
+            # Cancelled from outside (Ctrl-C, the TUI stopping a run) or a sink
+            # error: stop every request, each one still records itself as cut.
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            raise
         finally:
             ticker.cancel()
         self._progress()
@@ -252,12 +216,13 @@ class _LevelRun:
             while (slot := self._claim(time.perf_counter())) is not None:
                 await self._one(*slot, scheduled=time.perf_counter())
 
-        await self._finish({asyncio.create_task(worker()) for _ in range(level.concurrency)})
+        self.tasks = {asyncio.create_task(worker()) for _ in range(level.concurrency)}
+        await self._finish(self.tasks)
 
     async def _open(self, level: OpenLoop) -> None:
         gate = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
         gaps = level.gaps_s(self.spec.seed * 7919 + self.index)
-        tasks: set[asyncio.Task[None]] = set()
+        tasks = self.tasks
         due = self.start
         while (slot := self._claim(due)) is not None:
             delay = due - time.perf_counter()

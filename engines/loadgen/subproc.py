@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engines.loadgen.events import ProgressEvent, RunFailed, RunFinished
+from engines.loadgen.process import new_run_id, run_in_new_loop
 from engines.loadgen.profiles import LoadSpec
-from engines.loadgen.runner import Target, new_run_id, run_in_new_loop, run_load
+from engines.loadgen.runner import Target, run_load
 from engines.loadgen.sinks import FanoutSink, JsonlSink, RecordSink
 from engines.loadgen.store_sink import StoreSink
 from engines.loadgen.workload import Workload

@@ -3,11 +3,14 @@ and the worker process the TUI uses."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from contextlib import aclosing
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from engines.loadgen import (
     Arrival,
@@ -186,3 +189,28 @@ async def test_worker_process_saves_to_the_store_at_a_given_path(
         run = st.get_run("tui1")
         assert run.name == "from the TUI" and run.status == "completed"
         assert run.engine_kind == "vllm" and st.request_count("tui1") == 4
+
+
+async def test_cancelling_a_run_records_every_request_in_flight_as_cut(
+    sched_server: Callable[..., Any],
+) -> None:
+    """The TUI stopping a run (or Ctrl-C): nothing keeps running, nothing is lost."""
+    server = sched_server("--ttft-ms", "20", "--ttft-spread-ms", "0", "--itl-ms", "300")
+    sink = MemorySink()
+    events: list[ProgressEvent] = []
+    spec = LoadSpec((ClosedLoop(5),), requests_per_level=1000)
+    task = asyncio.create_task(
+        run_load(
+            spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink, events.append
+        )
+    )
+    await asyncio.sleep(1.5)  # ~1 s per answer: some finished, five in flight
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    cut = [r for r in sink.records if r.incomplete]
+    assert len(cut) == 5 and all(r.error_kind is None for r in cut)
+    assert any(r.ok and not r.incomplete for r in sink.records)
+    before = len(sink.records)
+    await asyncio.sleep(0.5)
+    assert len(sink.records) == before  # no request outlived the run
