@@ -30,7 +30,7 @@ def _ms(value: float | None) -> str:
 
 def summary_table(result: RunResult) -> Table:
     table = Table(title=f"infer-top bench — run {result.run_id}", title_justify="left")
-    for name in ("level", "ok", "failed", "req/s", "out tok/s", "total tok/s"):
+    for name in ("level", "ok", "failed", "sent/s", "req/s", "out tok/s", "total tok/s"):
         table.add_column(name, justify="right")
     for name in ("TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "ITL p99 ms", "E2E p50 s"):
         table.add_column(name, justify="right")
@@ -45,6 +45,7 @@ def summary_table(result: RunResult) -> Table:
             level_label(s),
             str(s.completed),
             failed,
+            f"{s.achieved_rate:.2f}",
             f"{s.request_s:.2f}",
             f"{s.output_tok_s:.1f}",
             f"{s.total_tok_s:.1f}",
