@@ -189,7 +189,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     manager = request.app[MANAGER]
     dep_id = request.match_info["id"]
     manager.get(dep_id)  # 404 before the stream starts
-    tail = int(request.query.get("tail", "100"))
+    tail = max(0, int(request.query.get("tail", "100")))
     follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     await response.prepare(request)
