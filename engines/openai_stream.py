@@ -248,9 +248,12 @@ class StreamClient:
                     await self._attempt(self._fresh, url, body, headers, state)
         except _NoResponseByte as exc:
             state.fail(ErrorKind.CONNECT, str(exc))
-        except TimeoutError as exc:
-            what = "stalled" if isinstance(exc, aiohttp.ServerTimeoutError) else "timed out"
-            state.fail(ErrorKind.TIMEOUT, f"request {what}: {exc or 'request_timeout_s'}")
+        except aiohttp.ServerTimeoutError as exc:
+            stall = self._limits.stall_timeout_s
+            state.fail(ErrorKind.TIMEOUT, f"no byte for {stall:g} s (stalled): {exc}")
+        except TimeoutError:
+            limit = self._limits.request_timeout_s
+            state.fail(ErrorKind.TIMEOUT, f"not finished within the {limit:g} s request timeout")
         except _BrokenStream as exc:
             state.fail(ErrorKind.BROKEN_STREAM, str(exc))
         except aiohttp.ClientError as exc:

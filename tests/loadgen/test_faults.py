@@ -52,6 +52,8 @@ async def test_faults_are_counted_by_kind_and_every_record_reaches_the_sink(
     dropped = [r for r in records if r.error_kind is ErrorKind.BROKEN_STREAM]
     assert all(r.counted_output_tokens == 2 for r in dropped)  # partial answers kept
     assert all(r.http_status == 500 for r in records if r.error_kind is ErrorKind.HTTP_STATUS)
+    stalled = [r for r in records if r.error_kind is ErrorKind.TIMEOUT]
+    assert all("no byte for 0.5 s" in (r.error_message or "") for r in stalled)
     level = result.levels[0]
     assert level.completed == n // 6 and level.failed == n - n // 6 and level.incomplete == 0
     assert level.failures_by_kind == {str(k): n // 6 for k in PLAN.values() if k is not None}
