@@ -105,12 +105,18 @@ class EngineManager:
                 self._unwatch.append(unwatch)
 
     async def close(self) -> None:
-        """Stop watching.  Engines keep running: the next agent adopts them."""
+        """Stop watching.  Containers and processes keep running (the next agent adopts
+        them); engines living inside this agent (simulators) are stopped."""
         for unwatch in self._unwatch:
             unwatch()
         self._unwatch.clear()
         for task in list(self._starting.values()):
             task.cancel()
+        for dep in list(self.deployments.values()):
+            runtime = self.runtime_for(dep)
+            if not getattr(runtime, "survives_agent", True):
+                with contextlib.suppress(Exception):
+                    await runtime.stop(dep, self.config.stop_timeout_s)
 
     def _exited_threadsafe(
         self, dep_id: str, reason: str, at: float, *, restarted: bool = False

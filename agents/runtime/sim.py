@@ -18,6 +18,7 @@ from agents.runtime import Deployment, ExitCallback, RuntimeError_
 
 class SimRuntime:
     name = "sim"
+    survives_agent = False
 
     def __init__(self) -> None:
         self._running: dict[str, Any] = {}

@@ -119,3 +119,13 @@ async def test_bad_fault_settings_are_refused(agent: tuple) -> None:
         info.value.message
     )
     assert (await client.engines())[0].state == "crashed"
+
+
+async def test_simulators_end_with_the_agent(make_config: Callable[..., AgentConfig]) -> None:
+    async with embedded_agent(make_config()) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("sim", {"profile": "h100-llama2-7b-vllm"})
+    assert engine.url
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            async with http.get(f"{engine.url}/health") as resp:
+                await resp.read()
