@@ -4,7 +4,9 @@ engine lifecycle, crash reports, and adoption after an agent restart."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -18,6 +20,8 @@ from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.protocol import TelemetryFrame
+
+from .conftest import TOKEN
 
 pytestmark = pytest.mark.docker
 
@@ -249,4 +253,50 @@ async def test_adopted_from_labels_alone_when_the_state_dir_is_lost(
         )
         assert frame is not None  # scraped again, found from its labels and published port
         await client.stop(engine.id)
+    assert containers(node) == []
+
+
+async def test_agent_process_killed_and_restarted_adopts_its_engine(
+    rig: object, node: str, tmp_path: Path
+) -> None:
+    """The acceptance path with a real agent process: SIGKILL, start again, adopted."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
+            "--token-file", str(token_file), "--replay-trace", "--node-name", node,
+            "--allow-engine", "llamacpp", "--allow-image", rig.llama_image,  # type: ignore[attr-defined]
+            "--state-dir", str(tmp_path / "state"), "--interval", "500ms"]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    async def launch() -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        async with AgentClient(url, TOKEN) as probe:
+            for _ in range(200):
+                try:
+                    await probe.node_info()
+                    return proc
+                except AgentError:
+                    await asyncio.sleep(0.1)
+        raise AssertionError("the agent process did not come up")
+
+    agent = await launch()
+    try:
+        async with AgentClient(url, TOKEN) as client:
+            engine = await client.start("llamacpp", llama(rig, 1))
+            assert engine.health == "healthy", engine.message
+        agent.kill()  # no shutdown hooks run
+        await agent.wait()
+        agent = await launch()
+        async with AgentClient(url, TOKEN) as client:
+            (adopted,) = await client.engines()
+            assert (adopted.id, adopted.port, adopted.health) == (engine.id, engine.port, "healthy")
+            await client.stop(engine.id)
+    finally:
+        agent.kill()
+        await agent.wait()
     assert containers(node) == []
