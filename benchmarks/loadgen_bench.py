@@ -48,8 +48,8 @@ def _sent_chunks(server: SchedServer) -> int:
     return sum(len(e["chunks"]) for e in server.truth()["requests"].values())
 
 
-def accuracy(runs: int) -> list[tuple[float, float, float, float]]:
-    """(p50 diff ms, p99 diff ms, truth p50 ms, truth p99 ms) per run at 256 streams."""
+def accuracy(runs: int) -> list[tuple[float, float, float, float, float]]:
+    """(p50 diff ms, p99 diff ms, truth p50 ms, truth p99 ms, load avg) per run at 256 streams."""
     out = []
     for k in range(runs):
         server = SchedServer("--ttft-ms", "100", "--ttft-spread-ms", "200", "--itl-ms", "100")
@@ -76,8 +76,8 @@ def accuracy(runs: int) -> list[tuple[float, float, float, float]]:
             pairs.append((r.ttft_s, e["chunks"][0] - e["recv"]))
         got, want = percentiles(m for m, _ in pairs), percentiles(t for _, t in pairs)
         assert got.p50 and want.p50 and got.p99 and want.p99
-        out.append(((got.p50 - want.p50) * 1e3, (got.p99 - want.p99) * 1e3,
-                    want.p50 * 1e3, want.p99 * 1e3))  # fmt: skip
+        d50, d99 = (got.p50 - want.p50) * 1e3, (got.p99 - want.p99) * 1e3
+        out.append((d50, d99, want.p50 * 1e3, want.p99 * 1e3, os.getloadavg()[0]))
     return out
 
 
@@ -170,42 +170,32 @@ def cpu_per_token(guidellm: Path | None, work: Path) -> dict[str, object]:
     return {"rows": rows, "notes": notes}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", type=int, default=2000)
-    ap.add_argument("--accuracy-runs", type=int, default=3)
-    ap.add_argument("--guidellm", type=Path, default=Path("/tmp/guidellm-venv/bin/guidellm"))
-    args = ap.parse_args()
-    print("accuracy at 256 streams ...", file=sys.stderr)
-    acc = accuracy(args.accuracy_runs)
-    print(f"capacity at {args.streams} streams ...", file=sys.stderr)
-    cap = capacity(args.streams)
-    print("CPU per token, infer-top vs GuideLLM ...", file=sys.stderr)
-    with tempfile.TemporaryDirectory() as tmp:
-        cpu = cpu_per_token(args.guidellm, Path(tmp))
-    load = os.getloadavg()
-    now = dt.datetime.now(dt.UTC)
-    print(f"\nMachine: {platform.node()} ({os.cpu_count()} cores, {platform.python_version()}, "
-          f"load avg {load[0]:.1f} at the end), {now:%Y-%m-%d %H:%M} UTC\n")  # fmt: skip
-    print("| accuracy run (256 streams) | truth p50 / p99 ms | TTFT p50 err ms | TTFT p99 err ms |")
-    print("|---|---|---|---|")
-    for i, (d50, d99, t50, t99) in enumerate(acc):
-        print(f"| {i + 1} | {t50:.1f} / {t99:.1f} | {d50:+.3f} | {d99:+.3f} |")
+def report_accuracy(acc: list[tuple[float, float, float, float, float]]) -> None:
+    print(
+        "| run (256 streams) | load avg | truth p50 / p99 ms | TTFT p50 err ms | TTFT p99 err ms |"
+    )
+    print("|---|---|---|---|---|")
+    for i, (d50, d99, t50, t99, load) in enumerate(acc):
+        print(f"| {i + 1} | {load:.1f} | {t50:.1f} / {t99:.1f} | {d50:+.3f} | {d99:+.3f} |")
     med50 = statistics.median(abs(a[0]) for a in acc)
     med99 = statistics.median(abs(a[1]) for a in acc)
     print(f"\nMedian over runs: p50 error {med50:.3f} ms (goal 0.5), p99 error {med99:.3f} ms "
           f"(goal 2).\n")  # fmt: skip
-    print(f"Capacity: peak {cap['peak']:.0f} open streams in one process (goal >= {args.streams}), "
+
+
+def report_capacity(cap: dict[str, float], streams: int) -> None:
+    print(f"Capacity: peak {cap['peak']:.0f} open streams in one process (goal >= {streams}), "
           f"{cap['completed']:.0f} completed, {cap['failed']:.0f} failed, "
           f"{cap['tokens']:.0f} tokens in {cap['wall_s']:.1f} s, client CPU {cap['cpu_s']:.1f} s "
           f"({cap['cpu_s'] / max(cap['tokens'], 1) * 1e6:.0f} µs/token incl. request set-up), "
           f"TTFT p50 {cap['ttft_p50_ms']:.0f} ms vs 1,500-2,500 ms planned.\n")  # fmt: skip
+
+
+def report_cpu(cpu: dict[str, object]) -> None:
     rows = cpu["rows"]
     assert isinstance(rows, dict)
-    print(
-        f"| client ({CPU_STREAMS} streams, {CPU_OUT_TOKENS} tok/answer) | CPU s @64 req | "
-        "CPU s @1024 req | tokens @1024 | marginal µs/token | total µs/token |"
-    )
+    print(f"| client ({CPU_STREAMS} streams, {CPU_OUT_TOKENS} tok/answer) | CPU s @64 req | "
+          "CPU s @1024 req | tokens @1024 | marginal µs/token | total µs/token |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     for name, r in rows.items():
         print(f"| {name} | {r['cpu_small']:.2f} | {r['cpu_big']:.2f} | {r['tok_big']:.0f} | "
@@ -215,6 +205,37 @@ def main() -> int:
         print(f"\ninfer-top uses {ours / theirs:.2f}x GuideLLM's CPU per token (goal <= 0.5).")
     for note in cpu["notes"]:  # type: ignore[attr-defined]
         print(f"\nNote: {note}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default="accuracy,capacity,cpu", help="comma list of parts")
+    ap.add_argument("--streams", type=int, default=2000)
+    ap.add_argument("--accuracy-runs", type=int, default=3)
+    ap.add_argument("--guidellm", type=Path, default=Path("/tmp/guidellm-venv/bin/guidellm"))
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    acc = cap = cpu = None
+    if "accuracy" in parts:
+        print("accuracy at 256 streams ...", file=sys.stderr)
+        acc = accuracy(args.accuracy_runs)
+    if "capacity" in parts:
+        print(f"capacity at {args.streams} streams ...", file=sys.stderr)
+        cap = capacity(args.streams)
+    if "cpu" in parts:
+        print("CPU per token, infer-top vs GuideLLM ...", file=sys.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            cpu = cpu_per_token(args.guidellm, Path(tmp))
+    load = os.getloadavg()
+    now = dt.datetime.now(dt.UTC)
+    print(f"\nMachine: {platform.node()} ({os.cpu_count()} cores, {platform.python_version()}, "
+          f"load avg {load[0]:.1f} at the end), {now:%Y-%m-%d %H:%M} UTC\n")  # fmt: skip
+    if acc is not None:
+        report_accuracy(acc)
+    if cap is not None:
+        report_capacity(cap, args.streams)
+    if cpu is not None:
+        report_cpu(cpu)
     return 0
 
 

@@ -69,7 +69,7 @@ class Server:
 
     def ttft_s(self, n: int) -> float:
         a = self.args
-        return (a.ttft_ms + a.ttft_spread_ms * ((n * 37) % 101) / 100.0) / 1000.0
+        return float(a.ttft_ms + a.ttft_spread_ms * ((n * 37) % 101) / 100.0) / 1000.0
 
 
 class Conn(asyncio.Protocol):
