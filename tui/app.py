@@ -64,6 +64,10 @@ class InferTopApp(App[int]):
         self._fleet_pending = False
         self._last_refresh = 0.0
         self._refresh_timer: Any = None
+        self._arrivals: list[float] = []
+        self.redraw_listeners: list[Any] = []
+        """Called with (frame arrival times, shown at) in loop time after each redraw
+        is on screen: the benchmark's lag probe."""
         if services.load_runner is not None:
             # The load generator's spawned process needs multiprocessing's resource
             # tracker, which passes on sys.stderr's fd: start it now, while stderr is
@@ -118,10 +122,9 @@ class InferTopApp(App[int]):
                 async for frame in node.client.stream(since_seq=last_seq, reconnect=False):
                     if not isinstance(frame, TelemetryFrame):
                         raise TypeError(f"agent sent {type(frame).__name__}, not a frame")
-                    self.model.ingest(node.name, frame, self.services.clock())
+                    self.ingest(node.name, frame)
                     last_seq = frame.seq
                     failures = 0
-                    self._notify_fleet()
                 raise ConnectionError("the agent closed the telemetry stream")
             except asyncio.CancelledError:
                 raise
@@ -137,6 +140,8 @@ class InferTopApp(App[int]):
     def ingest(self, node: str, frame: TelemetryFrame) -> None:
         """Feed one frame (the workers' path; tests and the benchmark call it too)."""
         self.model.ingest(node, frame, self.services.clock())
+        if self.redraw_listeners:
+            self._arrivals.append(asyncio.get_running_loop().time())
         self._notify_fleet()
 
     def _notify_fleet(self) -> None:
@@ -165,9 +170,20 @@ class InferTopApp(App[int]):
     def _redraw(self) -> None:
         self._refresh_timer = None
         self._last_refresh = asyncio.get_running_loop().time()
+        if not self.is_running or not self._screen_stacks.get(self.current_mode):
+            return
         refresh = getattr(self.screen, "refresh_fleet", None)
         if refresh is not None:
             refresh()
+        if self.redraw_listeners:
+            arrivals, self._arrivals = self._arrivals, []
+            self.call_after_refresh(self._shown, arrivals)
+
+    def _shown(self, arrivals: list[float]) -> None:
+        """After the redraw reached the terminal: tell listeners which frames it showed."""
+        shown_at = asyncio.get_running_loop().time()
+        for listener in self.redraw_listeners:
+            listener(arrivals, shown_at)
 
     # -- cross-screen messages -----------------------------------------------------
 

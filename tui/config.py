@@ -75,7 +75,7 @@ class NodeConfig:
 class Config:
     nodes: tuple[NodeConfig, ...] = ()
     db_path: Path = field(default_factory=default_db_path)
-    refresh_s: float = 0.2
+    refresh_s: float = 0.125
     """Slowest the screen lags the newest frame (frames are coalesced in between)."""
     source: Path | None = None
 
@@ -121,7 +121,7 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
     if dupes:
         raise ConfigError(f"node names must be unique; repeated: {', '.join(dupes)}")
     ui = data.get("ui", {})
-    refresh_s = float(ui.get("refresh_s", 0.2)) if isinstance(ui, dict) else 0.2
+    refresh_s = float(ui.get("refresh_s", 0.125)) if isinstance(ui, dict) else 0.125
     if not 0.02 <= refresh_s <= 5:
         raise ConfigError(f"ui.refresh_s {refresh_s} out of range 0.02-5 s")
     db = os.environ.get("INFER_TOP_DB") or data.get("store", {}).get("path")

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import islice
 
 from agents.protocol import EngineTelemetry, GpuSample, TelemetryFrame
 
@@ -118,7 +119,11 @@ def sparkline(
     values: Iterable[float | None], width: int, lo: float = 0.0, hi: float | None = None
 ) -> str:
     """The last ``width`` values as block characters; a gap (n/a) is a space."""
-    tail = list(values)[-width:]
+    if isinstance(values, deque | list | tuple):
+        # the newest ``width`` from the right end, without copying 600 points
+        tail = list(islice(reversed(values), width))[::-1]
+    else:
+        tail = list(values)[-width:]
     known = [v for v in tail if v is not None]
     if not known:
         return " " * len(tail)

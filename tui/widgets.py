@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.text import Text
 from textual.widgets import DataTable
 
 Row = tuple[str, Sequence[Any]]
+T = TypeVar("T")
 
 
 def sync_table(table: DataTable[Any], rows: Sequence[Row]) -> None:
@@ -32,7 +33,7 @@ def sync_table(table: DataTable[Any], rows: Sequence[Row]) -> None:
         current = table.get_row(key)
         for col, (old, new) in enumerate(zip(current, cells, strict=False)):
             if _plain(old) != _plain(new) or _style(old) != _style(new):
-                table.update_cell(key, columns[col], new, update_width=True)
+                table.update_cell(key, columns[col], new, update_width=False)
 
 
 def _plain(cell: Any) -> str:

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from textual.widgets import DataTable
 
 from tests.tui.conftest import SIZE
 from tests.tui.helpers import wait_until
 from tui.app import create_app
 from tui.config import Config, NodeConfig
+from tui.fasttable import FastTable
 from tui.model import NodeStatus
 from tui.services import Backoff
 from tui.wiring import build_services
@@ -114,8 +114,9 @@ async def garbage_server() -> AsyncIterator[str]:
 
 
 def node_row(app: Any, name: str) -> list[str]:
-    table = app.screen.query_one("#nodes", DataTable)
-    return [str(getattr(c, "plain", c)) for c in table.get_row(name)]
+    """The node's row as the Fleet screen draws it."""
+    table = app.screen.query_one("#nodes", FastTable)
+    return [str(getattr(c, "plain", c)) for c in table.cells(name)]
 
 
 async def test_dead_and_garbled_agents_show_errors_and_recover(

@@ -7,8 +7,10 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Static
 
+from agents.protocol import EngineTelemetry, GpuSample
+from tui.fasttable import FastTable, Item
 from tui.model import (
     NodeState,
     NodeStatus,
@@ -24,9 +26,6 @@ from tui.widgets import (
     GPU_COLUMNS,
     NODE_COLUMNS,
     Row,
-    add_fixed_columns,
-    selected_key,
-    sync_table,
 )
 
 SPARK_W = 12
@@ -54,68 +53,79 @@ def node_note(node: NodeState, now: float) -> str:
     return f"{source}, last frame {age:.0f}s ago"
 
 
-def node_rows(nodes: list[NodeState], now: float) -> list[Row]:
-    rows: list[Row] = []
-    for n in nodes:
-        f = n.frame
-        host = f.host if f else None
-        ram = (
-            f"{fmt_bytes(host.ram_used_bytes)}/{fmt_bytes(host.ram_total_bytes)}" if host else "n/a"
-        )
-        platform = (
-            "?"
-            if f is None
-            else (
-                f"{f.platform} (replay)" if f.simulated and f.platform != "replay" else f.platform
-            )
-        )
-        rows.append(
+def node_cells(item: tuple[NodeState, float]) -> tuple[Any, ...]:
+    n, now = item
+    f = n.frame
+    host = f.host if f else None
+    ram = f"{fmt_bytes(host.ram_used_bytes)}/{fmt_bytes(host.ram_total_bytes)}" if host else "n/a"
+    if f is None:
+        platform = "?"
+    else:
+        replayed = f.simulated and f.platform != "replay"
+        platform = f"{f.platform} (replay)" if replayed else f.platform
+    return (
+        Text(n.name, style="bold"),
+        status_cell(n, now),
+        platform,
+        fmt(host.cpu_pct if host else None, "%"),
+        ram,
+        str(len(f.gpus)) if f else "-",
+        str(len(f.engines)) if f else "-",
+        node_note(n, now),
+    )
+
+
+def node_items(nodes: list[NodeState], now: float) -> list[Item]:
+    # what a node row shows moves with its frame, its state and the age in whole seconds
+    return [
+        Item(
+            n.name,
             (
-                n.name,
-                (
-                    Text(n.name, style="bold"),
-                    status_cell(n, now),
-                    platform,
-                    fmt(host.cpu_pct if host else None, "%"),
-                    ram,
-                    str(len(f.gpus)) if f else "-",
-                    str(len(f.engines)) if f else "-",
-                    node_note(n, now),
-                ),
-            )
+                n.frame.seq if n.frame else -1,
+                n.status,
+                n.error,
+                n.retry_in_s,
+                int(now - n.last_frame_at) if n.last_frame_at else None,
+            ),
+            (n, now),
         )
-    return rows
+        for n in nodes
+    ]
+
+
+GpuItem = tuple[NodeState, GpuSample]
+EngineItem = tuple[NodeState, EngineTelemetry]
+
+
+def gpu_items(nodes: list[NodeState]) -> list[tuple[str, GpuItem]]:
+    return [(f"{n.name}/{g.index}", (n, g)) for n in nodes if n.frame for g in n.frame.gpus]
+
+
+def versioned(items: list[tuple[str, tuple[NodeState, Any]]]) -> list[Item]:
+    """Rows change only when their node's frame does: its sequence is their version."""
+    return [Item(key, n.frame.seq if n.frame else -1, (n, x)) for key, (n, x) in items]
+
+
+def gpu_cells(item: GpuItem) -> tuple[Any, ...]:
+    n, g = item
+    h = n.gpu_history.get(g.index)
+    return (
+        n.name,
+        str(g.index),
+        g.name.replace("NVIDIA ", ""),
+        fmt(g.util_pct, "%"),
+        Text(sparkline(h.util_pct if h else (), SPARK_W, 0, 100), style="green"),
+        f"{fmt_bytes(g.mem_used_bytes)}/{fmt_bytes(g.mem_total_bytes)}",
+        fmt(mem_pct(g), "%"),
+        fmt(g.power_w, "W"),
+        Text(sparkline(h.power_w if h else (), SPARK_W, 0, g.power_limit_w), style="yellow"),
+        fmt(g.temp_c, "°C"),
+        Text(sparkline(h.temp_c if h else (), SPARK_W, 20, 95), style="red"),
+    )
 
 
 def gpu_rows(nodes: list[NodeState]) -> list[Row]:
-    rows: list[Row] = []
-    for n in nodes:
-        if n.frame is None:
-            continue
-        for g in n.frame.gpus:
-            h = n.gpu_history.get(g.index)
-            rows.append(
-                (
-                    f"{n.name}/{g.index}",
-                    (
-                        n.name,
-                        str(g.index),
-                        g.name.replace("NVIDIA ", ""),
-                        fmt(g.util_pct, "%"),
-                        Text(sparkline(h.util_pct if h else (), SPARK_W, 0, 100), style="green"),
-                        f"{fmt_bytes(g.mem_used_bytes)}/{fmt_bytes(g.mem_total_bytes)}",
-                        fmt(mem_pct(g), "%"),
-                        fmt(g.power_w, "W"),
-                        Text(
-                            sparkline(h.power_w if h else (), SPARK_W, 0, g.power_limit_w),
-                            style="yellow",
-                        ),
-                        fmt(g.temp_c, "°C"),
-                        Text(sparkline(h.temp_c if h else (), SPARK_W, 20, 95), style="red"),
-                    ),
-                )
-            )
-    return rows
+    return [(key, gpu_cells(item)) for key, item in gpu_items(nodes)]
 
 
 def health_cell(health: str) -> Text:
@@ -128,30 +138,30 @@ def health_cell(health: str) -> Text:
     return Text(health, style=style)
 
 
+def engine_items(nodes: list[NodeState]) -> list[tuple[str, EngineItem]]:
+    return [(f"{n.name}/{e.id}", (n, e)) for n in nodes for e in n.engines]
+
+
+def engine_cells(item: EngineItem) -> tuple[Any, ...]:
+    n, e = item
+    kv = gauge(e.kv_cache_usage, 8) + ("~" if e.kv_cache_usage_is_estimate else "")
+    return (
+        n.name,
+        e.id,
+        e.kind + (" SIM" if e.simulated else ""),
+        e.state,
+        health_cell(e.health),
+        kv,
+        fmt(e.requests_running),
+        fmt(e.requests_waiting),
+        fmt(e.generation_tok_s, "", 0),
+        Text(sparkline(n.engine_tok_s.get(e.id, ()), SPARK_W), style="cyan"),
+        fmt(None if e.ttft_p50_s is None else e.ttft_p50_s * 1000, " ms"),
+    )
+
+
 def engine_rows(nodes: list[NodeState]) -> list[Row]:
-    rows: list[Row] = []
-    for n in nodes:
-        for e in n.engines:
-            kv = gauge(e.kv_cache_usage, 8) + ("~" if e.kv_cache_usage_is_estimate else "")
-            rows.append(
-                (
-                    f"{n.name}/{e.id}",
-                    (
-                        n.name,
-                        e.id,
-                        e.kind + (" SIM" if e.simulated else ""),
-                        e.state,
-                        health_cell(e.health),
-                        kv,
-                        fmt(e.requests_running),
-                        fmt(e.requests_waiting),
-                        fmt(e.generation_tok_s, "", 0),
-                        Text(sparkline(n.engine_tok_s.get(e.id, ()), SPARK_W), style="cyan"),
-                        fmt(None if e.ttft_p50_s is None else e.ttft_p50_s * 1000, " ms"),
-                    ),
-                )
-            )
-    return rows
+    return [(key, engine_cells(item)) for key, item in engine_items(nodes)]
 
 
 class FleetScreen(BaseScreen):
@@ -168,17 +178,12 @@ class FleetScreen(BaseScreen):
             placeholder="filter nodes, GPUs, engines (esc clears)", id="filter", classes="hidden"
         )
         yield Static("Nodes", classes="section")
-        nodes: DataTable[Any] = DataTable(id="nodes", cursor_type="row")
-        add_fixed_columns(nodes, NODE_COLUMNS)
-        yield nodes
+        yield FastTable(NODE_COLUMNS, node_cells, id="nodes")
+        yield Static("", id="node-errors", classes="hidden")
         yield Static("GPUs", classes="section")
-        gpus: DataTable[Any] = DataTable(id="gpus", cursor_type="row")
-        add_fixed_columns(gpus, GPU_COLUMNS)
-        yield gpus
+        yield FastTable(GPU_COLUMNS, gpu_cells, id="gpus")
         yield Static("Engines", classes="section")
-        engines: DataTable[Any] = DataTable(id="engines", cursor_type="row")
-        add_fixed_columns(engines, ENGINE_COLUMNS)
-        yield engines
+        yield FastTable(ENGINE_COLUMNS, engine_cells, id="engines")
 
     def on_mount(self) -> None:
         self.refresh_fleet()
@@ -198,9 +203,17 @@ class FleetScreen(BaseScreen):
     def refresh_fleet(self) -> None:
         nodes = self._filtered()
         now = self.top.services.clock()
-        sync_table(self.query_one("#nodes", DataTable), node_rows(nodes, now))
-        sync_table(self.query_one("#gpus", DataTable), gpu_rows(nodes))
-        sync_table(self.query_one("#engines", DataTable), engine_rows(nodes))
+        self.query_one("#nodes", FastTable).set_items(node_items(nodes, now))
+        errors = [f"{n.name}: {node_note(n, now)}" for n in nodes if n.status is NodeStatus.ERROR]
+        box = self.query_one("#node-errors", Static)
+        box.set_class(not errors, "hidden")
+        text = "\n".join(errors[:3]) + (
+            f"\n… and {len(errors) - 3} more" if len(errors) > 3 else ""
+        )
+        if str(box.render()) != text:
+            box.update(Text(text, style="bold red"))
+        self.query_one("#gpus", FastTable).set_items(versioned(gpu_items(nodes)))
+        self.query_one("#engines", FastTable).set_items(versioned(engine_items(nodes)))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -211,20 +224,19 @@ class FleetScreen(BaseScreen):
         box = self.query_one("#filter", Input)
         box.value = ""
         box.add_class("hidden")
-        self.query_one("#nodes", DataTable).focus()
+        self.query_one("#nodes", FastTable).focus()
         self.refresh_fleet()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.refresh_fleet()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one("#nodes", DataTable).focus()
+        self.query_one("#nodes", FastTable).focus()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        key = str(event.row_key.value or "")
-        self.top.open_node(key.split("/", 1)[0])
+    def on_fast_table_selected(self, event: FastTable.Selected) -> None:
+        self.top.open_node(event.key.split("/", 1)[0])
 
     def action_open_node(self) -> None:
-        key = selected_key(self.query_one("#nodes", DataTable))
+        key = self.query_one("#nodes", FastTable).selected_key
         if key:
             self.top.open_node(key)

@@ -1,0 +1,112 @@
+"""``infer-top demo`` in a real terminal (tmux), driven by keys as a person would."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI
+
+
+class Tmux:
+    def __init__(self, tmp: Path) -> None:
+        self.socket = f"infer-top-test-{uuid.uuid4().hex[:8]}"
+        self.tmp = tmp
+
+    def run(self, *args: str) -> str:
+        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
+                             text=True, timeout=30, check=True)
+        return out.stdout
+
+    def start(self, command: str) -> None:
+        self.run("new-session", "-d", "-s", "demo", "-x", "120", "-y", "40", command)
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "demo", *keys)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "demo")
+
+    def wait_for(self, *texts: str, timeout_s: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            screen = self.screen()
+            if all(t in screen for t in texts):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never saw {texts!r}; the screen was:\n{screen}")
+            time.sleep(0.3)
+
+    def wait_gone(self, text: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while text in self.screen():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} never went away")
+            time.sleep(0.3)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
+                       timeout=30)
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Tmux]:
+    if shutil.which("tmux") is None:
+        if IN_CI:
+            pytest.fail("CI=true and tmux is missing", pytrace=False)
+        pytest.skip("tmux is not installed")
+    session = Tmux(tmp_path)
+    yield session
+    session.kill()
+
+
+def test_demo_every_screen_by_key(tmux: Tmux, tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("infer-top")
+    env = " ".join(f"{k}={tmp_path / k.lower()}" for k in
+                   ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"))
+    # the shell stays after the demo exits, so its last screen can be read
+    # COLUMNS / LINES from the test runner would override the pane's real size
+    tmux.start(f"cd {tmp_path} && env -u COLUMNS -u LINES {env} TERM=xterm-256color "
+               f"{exe} demo --gpus 4; "
+               "echo DEMO-EXITED $?; sleep 30")
+    screen = tmux.wait_for("1 Fleet", "h200-demo", "replayed H200", "SIMULATED")
+    assert "GPUs" in screen and "Engines" in screen
+    tmux.wait_for("vllm SIM", "trtllm SIM", "healthy")
+
+    tmux.keys("2")
+    tmux.wait_for("Node h200-demo", "GPU util %", "power W")
+    tmux.keys("3")
+    tmux.wait_for("Launch", "Runtime", "Start s")
+    tmux.keys("4")
+    tmux.wait_for("Target", "Profile", "Run r")
+    tmux.keys("6")
+    tmux.wait_for("Stored runs", "trtllm SIM", "completed")
+
+    tmux.keys("5")
+    screen = tmux.wait_for("throughput vs concurrency", "TTFT p50 vs concurrency",
+                           "trtllm simulated", "llamacpp simulated")
+    table = [line for line in screen.splitlines() if "simulated" in line and "@" not in line]
+    rows = {line.split()[0]: line for line in table if line.split()[0] in
+            ("trtllm", "lmdeploy", "vllm", "ollama", "llamacpp")}
+    assert set(rows) == {"trtllm", "lmdeploy", "vllm", "ollama", "llamacpp"}, screen
+    # the seed's ranking at 64 concurrent: TensorRT-LLM > LMDeploy > vLLM > Ollama > llama.cpp
+    assert "@64" in screen
+    tok_s_at_64 = {k: int(v.split()[8].replace(",", "")) for k, v in rows.items()}
+    ranked = sorted(tok_s_at_64, key=tok_s_at_64.__getitem__, reverse=True)
+    assert ranked == ["trtllm", "lmdeploy", "vllm", "ollama", "llamacpp"], tok_s_at_64
+
+    tmux.keys("?")
+    tmux.wait_for("keys (as in nvitop / k9s)")
+    tmux.keys("Escape")  # alone: ESC then a key at once would read as alt+key
+    tmux.wait_gone("keys (as in nvitop / k9s)")
+    tmux.keys("1")
+    tmux.wait_for("Nodes", "h200-demo")
+    tmux.keys("q")
+    tmux.wait_for("DEMO-EXITED 0", timeout_s=30)

@@ -1,0 +1,168 @@
+"""A lean table for the fleet's big lists (32 nodes × 8 GPUs and their engines).
+
+Textual's DataTable re-renders every visible cell after any update and measures
+cells as they change; at 32 frames a second that alone costs more than the
+TUI's CPU budget.  This table draws lines with the Line API, builds a row only
+when it is on screen and its version changed (a node's frame sequence), and
+caches the rest, so a redraw costs what the visible changed rows cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+CellsFn = Callable[[Any], Sequence[Any]]
+HEADER_STYLE = Style(bold=True, color="#d0d0d0", bgcolor="#303030")
+CURSOR_STYLE = Style(reverse=True)
+PAD = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    key: str
+    version: object
+    """Anything that changes when the row's cells would (a frame sequence number)."""
+    value: Any
+
+
+class FastTable(ScrollView, can_focus=True):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "move(-10)", "Page up", show=False),
+        Binding("pagedown", "move(10)", "Page down", show=False),
+        Binding("home", "move(-1000000)", "Top", show=False),
+        Binding("end", "move(1000000)", "Bottom", show=False),
+        Binding("enter", "select", "Open", show=False),
+    ]
+    DEFAULT_CSS = "FastTable { height: 1fr; }"
+    cursor_row: reactive[int] = reactive(0)
+
+    class Selected(Message):
+        def __init__(self, table: FastTable, key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+        @property
+        def control(self) -> FastTable:
+            return self.table
+
+    def __init__(
+        self, columns: Sequence[tuple[str, int]], cells: CellsFn, *, id: str | None = None
+    ) -> None:
+        super().__init__(id=id)
+        self.columns = tuple(columns)
+        self.cells_fn = cells
+        self.items: list[Item] = []
+        self._index: dict[str, int] = {}
+        self._cache: dict[str, tuple[object, Strip]] = {}
+        self._width = sum(w + 2 * PAD for _, w in self.columns)
+        self._header = self._strip([label for label, _ in self.columns], HEADER_STYLE)
+
+    # -- data --------------------------------------------------------------------
+    def set_items(self, items: Sequence[Item]) -> None:
+        keys = [i.key for i in items]
+        changed = keys != [i.key for i in self.items]
+        self.items = list(items)
+        if changed:
+            self._index = {k: n for n, k in enumerate(keys)}
+            self._cache = {k: v for k, v in self._cache.items() if k in self._index}
+            self.virtual_size = Size(self._width, len(self.items) + 1)
+            if self.cursor_row >= len(self.items):
+                self.cursor_row = max(0, len(self.items) - 1)
+        self.refresh()
+
+    @property
+    def row_count(self) -> int:
+        return len(self.items)
+
+    def cells(self, key: str) -> Sequence[Any]:
+        """The cells of row ``key`` as the screen shows them (tests read these)."""
+        return self.cells_fn(self.items[self._index[key]].value)
+
+    @property
+    def selected_key(self) -> str | None:
+        return self.items[self.cursor_row].key if self.items else None
+
+    # -- drawing -------------------------------------------------------------------------
+    def _strip(self, cells: Sequence[Any], base: Style | None = None) -> Strip:
+        segments: list[Segment] = []
+        for (_, width), cell in zip(self.columns, cells, strict=False):
+            text = cell if isinstance(cell, Text) else Text(str(cell))
+            text = text.copy()
+            text.truncate(width, overflow="ellipsis", pad=True)
+            segments.append(Segment(" " * PAD, base))
+            segments.extend(
+                text.render(self.app.console)
+                if base is None
+                else (
+                    Segment(s.text, base + s.style if s.style else base)
+                    for s in text.render(self.app.console)
+                )
+            )
+            segments.append(Segment(" " * PAD, base))
+        return Strip(segments, self._width)
+
+    def _row_strip(self, index: int) -> Strip:
+        item = self.items[index]
+        cached = self._cache.get(item.key)
+        if cached is None or cached[0] != item.version:
+            strip = self._strip(self.cells_fn(item.value))
+            self._cache[item.key] = (item.version, strip)
+        else:
+            strip = cached[1]
+        return strip
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        if y == 0:
+            return self._header.crop(scroll_x, scroll_x + width).extend_cell_length(width)
+        index = scroll_y + y - 1
+        if index >= len(self.items):
+            return Strip.blank(width)
+        strip = self._row_strip(index)
+        if index == self.cursor_row and self.has_focus:
+            strip = strip.apply_style(CURSOR_STYLE)
+        return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width)
+
+    # -- cursor ---------------------------------------------------------------------------
+    def watch_cursor_row(self, old: int, new: int) -> None:
+        # keep the cursor's row in view (below the sticky header)
+        self.scroll_to_region(Region(0, new, 1, 2), animate=False)
+        self.refresh()
+
+    def action_move(self, step: int) -> None:
+        if self.items:
+            self.cursor_row = min(max(0, self.cursor_row + step), len(self.items) - 1)
+
+    def action_select(self) -> None:
+        if self.selected_key is not None:
+            self.post_message(self.Selected(self, self.selected_key))
+
+    def on_click(self, event: events.Click) -> None:
+        index = int(self.scroll_offset.y) + event.y - 1
+        if event.y >= 1 and 0 <= index < len(self.items):
+            self.cursor_row = index
+            if event.chain > 1:
+                self.action_select()
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
