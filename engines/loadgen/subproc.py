@@ -12,7 +12,7 @@ import dataclasses
 import json
 import multiprocessing
 import queue as queue_mod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +96,7 @@ async def run_load_in_subprocess(
     where: SinkSpec | None = None,
     *,
     run_id: str | None = None,
-) -> AsyncIterator[ProgressEvent]:
+) -> AsyncGenerator[ProgressEvent, None]:
     """Yield the worker's progress events; the last is RunFinished or RunFailed.
 
     Closing the iterator early stops the worker: use ``contextlib.aclosing`` so a

@@ -19,6 +19,8 @@ content chunks; 3 -> stall after the role chunk; 4 -> connection closed before
 any response byte; 5 -> a finished stream without content.
 ``--close-after-stream``: like llama-server, a kept-alive socket is dead after
 one streamed answer (a request reusing it is dropped without an answer).
+``--tokens-per-chunk K`` packs K tokens into a chunk (usage counts tokens);
+``--no-usage`` never sends usage; ``/v1/completions`` answers with ``text``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def _chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any
     )
     obj.update(extra)
     return _event(obj)
+
+
+def _text_chunk(text: str, finish: str | None = None) -> bytes:
+    """A ``/v1/completions`` chunk: text, not a delta."""
+    choice = {"index": 0, "text": text, "finish_reason": finish}
+    return _event({"id": "cmpl-sched", "object": "text_completion", "choices": [choice]})
+
+
+def _content(chat: bool, text: str) -> bytes:
+    return _chunk({"content": text}) if chat else _text_chunk(text)
 
 
 ROLE_CHUNK = _chunk({"role": "assistant", "content": None})
@@ -113,7 +125,7 @@ class Conn(asyncio.Protocol):
         if method == "GET":  # the truth log, and what other clients probe first
             self._json(*self._get(path))
             return
-        self._answer(recv, headers, body)
+        self._answer(recv, headers, body, chat=path.endswith("/chat/completions"))
 
     def _get(self, path: str) -> tuple[int, Any]:
         if path == "/_truth":
@@ -139,7 +151,7 @@ class Conn(asyncio.Protocol):
         if self.buf:
             self._maybe_request()
 
-    def _answer(self, recv: float, headers: dict[str, str], body: bytes) -> None:
+    def _answer(self, recv: float, headers: dict[str, str], body: bytes, *, chat: bool) -> None:
         srv, t = self.server, self.transport
         assert t is not None
         if srv.args.close_after_stream and self.served:
@@ -152,7 +164,7 @@ class Conn(asyncio.Protocol):
         tail = rid.rsplit("-", 1)[-1]
         n = int(tail) if tail.isdigit() else 0
         fault = n % 6 if srv.args.faults == "mix" else 0
-        entry: dict[str, Any] = {"recv": recv, "chunks": [], "fault": fault}
+        entry: dict[str, Any] = {"recv": recv, "chunks": [], "fault": fault, "chat": chat}
         entry["auth"] = headers.get("authorization")
         srv.truth[rid] = entry
         if fault == 4:
@@ -161,7 +173,7 @@ class Conn(asyncio.Protocol):
         if fault == 1:
             self._json(500, {"error": {"message": "overloaded", "code": 500}})
             return
-        t.write(STREAM_HEAD + ROLE_CHUNK)
+        t.write(STREAM_HEAD + (ROLE_CHUNK if chat else b""))
         entry["role_sent"] = PERF()
         if fault == 3:
             return  # stall: never another byte
@@ -178,12 +190,15 @@ class Conn(asyncio.Protocol):
         if tokens == 0:
             self._finish(entry, 0, prompt_tokens, itl_s)
             return
-        for i in range(tokens):
+        per_chunk = srv.args.tokens_per_chunk
+        chunks = -(-tokens // per_chunk)  # several tokens per chunk, like a stream interval
+        entry["tokens"] = tokens
+        for i in range(chunks):
             self.timers.append(
-                loop.call_at(first_due + i * itl_s, self._emit, entry, i, tokens, prompt_tokens)
+                loop.call_at(first_due + i * itl_s, self._emit, entry, i, chunks, prompt_tokens)
             )
 
-    def _emit(self, entry: dict[str, Any], i: int, tokens: int, prompt_tokens: int) -> None:
+    def _emit(self, entry: dict[str, Any], i: int, chunks: int, prompt_tokens: int) -> None:
         t = self.transport
         assert t is not None
         if t.is_closing():
@@ -191,25 +206,23 @@ class Conn(asyncio.Protocol):
         # Stamped just before the write: a preemption after it cannot make the
         # truth later than the bytes really left.
         entry["chunks"].append(PERF())
-        t.write(_chunk({"content": f" t{i}"}))
+        t.write(_content(entry["chat"], f" t{i}"))
         if entry["fault"] == 2 and i == 1:
             t.abort()
             return
-        if i == tokens - 1:
+        if i == chunks - 1:
             self.timers.clear()
-            self._finish(entry, tokens, prompt_tokens, self.server.args.itl_ms / 1000.0)
+            self._finish(entry, entry["tokens"], prompt_tokens, self.server.args.itl_ms / 1000.0)
 
     def _finish(self, entry: dict[str, Any], tokens: int, prompt_tokens: int, itl_s: float) -> None:
         t = self.transport
         assert t is not None
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": tokens}
         timings = {"predicted_n": tokens, "predicted_per_second": 1.0 / itl_s if itl_s else 0.0}
-        t.write(
-            _chunk({}, "length")
-            + _chunk(None, usage=usage, timings=timings)
-            + _event("[DONE]")
-            + b"0\r\n\r\n"
-        )
+        finish = _chunk({}, "length") if entry["chat"] else _text_chunk("", "length")
+        if not self.server.args.no_usage:
+            finish += _chunk(None, usage=usage, timings=timings)
+        t.write(finish + _event("[DONE]") + b"0\r\n\r\n")
         entry["usage"] = usage
         self._done()
 
@@ -266,6 +279,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--itl-ms", type=float, default=20.0)
     p.add_argument("--faults", choices=["none", "mix"], default="none")
     p.add_argument("--close-after-stream", action="store_true")
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--no-usage", action="store_true", help="never send a usage chunk")
     return p.parse_args(argv)
 
 
