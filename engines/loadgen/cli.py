@@ -30,7 +30,13 @@ from engines.loadgen.profiles import (
     parse_slo,
 )
 from engines.loadgen.quirks import known_kinds
-from engines.loadgen.report import level_label, summary_table, write_csv, write_json
+from engines.loadgen.report import (
+    failure_lines,
+    level_label,
+    summary_table,
+    write_csv,
+    write_json,
+)
 from engines.loadgen.runner import Target, run_load
 from engines.loadgen.subproc import SinkSpec, open_sinks, plain
 from engines.loadgen.workload import PromptSource, Workload, WorkloadError
@@ -236,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
     if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
         out = Console(width=160)
     out.print(summary_table(result))
+    for line in failure_lines(result):
+        out.print(line, highlight=False)
     context = {
         "target": {"url": target.url, "model": target.model, "engine": target.engine_kind},
         "spec": plain(spec),

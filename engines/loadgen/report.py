@@ -37,8 +37,6 @@ def summary_table(result: RunResult) -> Table:
     table.add_column("goodput req/s", justify="right")
     for s in result.levels:
         failed = str(s.failed)
-        if s.failures_by_kind:
-            failed += " (" + ", ".join(f"{k} {n}" for k, n in s.failures_by_kind.items()) + ")"
         if s.incomplete:
             failed += f" +{s.incomplete} cut"
         table.add_row(
@@ -57,6 +55,16 @@ def summary_table(result: RunResult) -> Table:
             "n/a" if s.goodput_req_s is None else f"{s.goodput_req_s:.2f}",
         )
     return table
+
+
+def failure_lines(result: RunResult) -> list[str]:
+    """One line per level with failures, by kind (too wide for the table)."""
+    return [
+        f"failures at {level_label(s)}: "
+        + ", ".join(f"{kind} {n}" for kind, n in sorted(s.failures_by_kind.items()))
+        for s in result.levels
+        if s.failures_by_kind
+    ]
 
 
 def result_document(result: RunResult, context: dict[str, Any]) -> dict[str, Any]:

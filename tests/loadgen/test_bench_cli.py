@@ -93,6 +93,9 @@ def test_bad_arguments_give_a_clear_error_and_exit_2(
     assert words in capsys.readouterr().err
 
 
-def test_all_requests_failing_exits_nonzero(unused_tcp_port: int) -> None:
+def test_all_requests_failing_exits_nonzero_and_says_why(
+    unused_tcp_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"http://127.0.0.1:{unused_tcp_port}"
     assert bench(["--url", url, "--model", "m", "--requests", "2", "--quiet"]) == 1
+    assert "failures at c=1: connect 2" in capsys.readouterr().out
