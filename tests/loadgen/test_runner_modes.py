@@ -214,3 +214,37 @@ async def test_cancelling_a_run_records_every_request_in_flight_as_cut(
     before = len(sink.records)
     await asyncio.sleep(0.5)
     assert len(sink.records) == before  # no request outlived the run
+
+
+async def test_warmup_by_time_leaves_out_what_was_sent_in_the_first_seconds(
+    sched_server: Callable[..., Any],
+) -> None:
+    server = sched_server("--ttft-ms", "20", "--ttft-spread-ms", "0", "--itl-ms", "10")
+    sink = MemorySink()
+    spec = LoadSpec((ClosedLoop(1),), requests_per_level=3, warmup_s=0.25)
+    result = await run_load(
+        spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink
+    )
+    warm = [r for r in sink.records if r.warmup]
+    assert len(warm) >= 2 and result.levels[0].completed == 3  # ~50 ms each
+    assert max(r.sent_at for r in warm) < min(r.sent_at for r in sink.records if not r.warmup)
+
+
+async def test_a_capped_open_loop_shows_its_queueing_in_latency_from_schedule(
+    sched_server: Callable[..., Any],
+) -> None:
+    """No coordinated omission: requests held back by the cap keep their planned time."""
+    server = sched_server("--ttft-ms", "100", "--ttft-spread-ms", "0", "--itl-ms", "10")
+    sink = MemorySink()
+    level = OpenLoop(50.0, Arrival.CONSTANT, max_concurrency=2)
+    spec = LoadSpec((level,), requests_per_level=12)
+    result = await run_load(
+        spec, Workload(input_len=8, output_len=2), Target(server.url, "m"), sink
+    )
+    s = result.levels[0]
+    assert s.concurrency == 2 and s.completed == 12
+    waits = sorted(r.sent_at - r.scheduled_at for r in sink.records)
+    assert waits[-1] > 0.3  # the last ones waited for a free slot (~110 ms per answer, 2 at once)
+    assert s.ttft_from_schedule_s.p99 is not None and s.ttft_s.p99 is not None
+    assert s.ttft_from_schedule_s.p99 > s.ttft_s.p99 + 0.2
+    assert s.achieved_rate < 50.0 / 2  # what was really sent, not what was offered
