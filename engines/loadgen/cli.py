@@ -15,7 +15,6 @@ from engines.loadgen.events import (
     LevelProgress,
     LevelStarted,
     ProgressEvent,
-    RunResult,
     RunStarted,
 )
 from engines.loadgen.process import new_run_id, run_in_new_loop
@@ -219,7 +218,6 @@ def run(args: argparse.Namespace) -> int:
             transient=False,
         )
     live = _Live(progress, spec, err)
-    result: RunResult | None = None
     try:
         if progress is not None:
             progress.start()
@@ -229,15 +227,22 @@ def run(args: argparse.Namespace) -> int:
             store_sink.status = "interrupted"
         err.print("[yellow]interrupted[/]: finished requests are in the sinks")
         return 130
-    except (WorkloadError, OSError) as exc:
+    except (WorkloadError, OSError) as exc:  # e.g. the JSONL disk filled up mid-run
         if store_sink is not None:
             store_sink.status = "failed"
         err.print(f"[red]error:[/] {exc}")
         return 1
+    except BaseException:
+        if store_sink is not None:
+            store_sink.status = "failed"
+        raise
     finally:
         if progress is not None:
             progress.stop()
-        sink.close()
+        try:
+            sink.close()
+        except OSError as exc:
+            err.print(f"[red]error:[/] closing the outputs: {exc}")
     out = Console()
     if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
         out = Console(width=160)

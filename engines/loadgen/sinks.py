@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -110,19 +111,30 @@ class MemorySink:
 
 
 class FanoutSink:
-    """Hands every record to several sinks (e.g. a JSONL file and the store)."""
+    """Hands every record to several sinks (e.g. a JSONL file and the store).
+
+    One failing sink (a full disk) does not starve the others: each gets the
+    record, then the first error is raised.
+    """
 
     def __init__(self, *sinks: RecordSink) -> None:
         self.sinks = sinks
 
-    def write(self, record: RequestRecord) -> None:
+    def _each(self, call: Callable[[RecordSink], None]) -> None:
+        first: Exception | None = None
         for sink in self.sinks:
-            sink.write(record)
+            try:
+                call(sink)
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def write(self, record: RequestRecord) -> None:
+        self._each(lambda sink: sink.write(record))
 
     def level(self, summary: LevelSummary) -> None:
-        for sink in self.sinks:
-            sink.level(summary)
+        self._each(lambda sink: sink.level(summary))
 
     def close(self) -> None:
-        for sink in self.sinks:
-            sink.close()
+        self._each(lambda sink: sink.close())

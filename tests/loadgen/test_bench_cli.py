@@ -99,3 +99,20 @@ def test_all_requests_failing_exits_nonzero_and_says_why(
     url = f"http://127.0.0.1:{unused_tcp_port}"
     assert bench(["--url", url, "--model", "m", "--requests", "2", "--quiet"]) == 1
     assert "failures at c=1: connect 2" in capsys.readouterr().out
+
+
+def test_a_full_disk_is_a_clear_error_and_the_store_still_gets_the_records(
+    sched_server: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from store import open_store
+
+    server = sched_server(*FAST)
+    db = tmp_path / "runs.db"
+    argv = ["--url", server.url, "--model", "m", "--requests", "3", "--jsonl", "/dev/full",
+            "--save", "--db", str(db), "--quiet"]  # fmt: skip
+    assert bench(argv) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    with open_store(db) as st:
+        (run,) = st.list_runs()
+        assert run.status == "failed"
+        assert st.request_count(run.run_id) >= 1  # what finished reached the other sink
