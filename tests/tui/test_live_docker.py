@@ -24,7 +24,11 @@ from tui.wiring import build_services
 def containers(node: str) -> list[str]:
     out = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=org.infer-top.node={node}"],
-        capture_output=True, text=True, timeout=30, check=True)
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return out.stdout.split()
 
 
@@ -32,16 +36,24 @@ def containers(node: str) -> list[str]:
 async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> None:
     node = f"tui-docker-{uuid.uuid4().hex[:8]}"
     config = Config(db_path=tmp_path / "runs.db")
-    agent = embedded_config(platform="replay", replay_gpus=1, node_name=node,
-                            state_dir=tmp_path / "agent", adopt_on_start=False,
-                            allowed_images=frozenset({rig.llama_image}))
+    agent = embedded_config(
+        platform="replay",
+        replay_gpus=1,
+        node_name=node,
+        state_dir=tmp_path / "agent",
+        adopt_on_start=False,
+        allowed_images=frozenset({rig.llama_image}),
+    )
     try:
         async with build_services(config, agent_config=agent) as services:
             app = create_app(config, services=services)
             client: Any = services.nodes[0].client
             async with app.run_test(size=SIZE) as pilot:
-                await wait_until(pilot, lambda: app.model.nodes[node].status is NodeStatus.OK,
-                                 "the agent's first frame")
+                await wait_until(
+                    pilot,
+                    lambda: app.model.nodes[node].status is NodeStatus.OK,
+                    "the agent's first frame",
+                )
                 await pilot.press("3")
                 screen = app.screen
                 screen.query_one("#kind", Select).value = "llamacpp"
@@ -49,27 +61,44 @@ async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> No
                 await type_into(pilot, "#model", "/models/tiny.gguf")
                 await type_into(pilot, "#context", "512")
                 await pilot.click("#start")
-                await wait_until(pilot, lambda: "healthy" in text_of(pilot, "#action-status"),
-                                 "llama-server to become healthy", timeout_s=120)
+                await wait_until(
+                    pilot,
+                    lambda: "healthy" in text_of(pilot, "#action-status"),
+                    "llama-server to become healthy",
+                    timeout_s=120,
+                )
                 (engine,) = await client.engines()
                 assert (engine.kind, engine.runtime, engine.simulated) == (
-                    "llamacpp", "compose", False)
+                    "llamacpp",
+                    "compose",
+                    False,
+                )
                 assert len(containers(node)) == 1
 
                 await pilot.press("4")
                 key = f"{node}/{engine.id}"
                 target = app.screen.query_one("#target", Select)
-                await wait_until(pilot, lambda: key in getattr(target, "_keys", []),
-                                 "the engine among the load-test targets")
+                await wait_until(
+                    pilot,
+                    lambda: key in getattr(target, "_keys", []),
+                    "the engine among the load-test targets",
+                )
                 target.value = key
                 app.screen.query_one("#profile", Select).value = "smoke"
                 await pilot.click("#run")
-                await wait_until(pilot,
-                                 lambda: "finished and saved" in text_of(pilot, "#load-status"),
-                                 "the load test", timeout_s=120)
+                await wait_until(
+                    pilot,
+                    lambda: "finished and saved" in text_of(pilot, "#load-status"),
+                    "the load test",
+                    timeout_s=120,
+                )
                 (run,) = services.store.list_runs()
                 assert (run.engine_kind, run.node, run.simulated, run.status) == (
-                    "llamacpp", node, False, "completed")
+                    "llamacpp",
+                    node,
+                    False,
+                    "completed",
+                )
                 levels = services.store.levels(run.run_id)
                 assert [lv.summary.concurrency for lv in levels] == [1, 2]
                 assert sum(lv.summary.completed for lv in levels) == 8
@@ -80,20 +109,30 @@ async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> No
                 await wait_until(pilot, lambda: table.row_count == 1, "the engine row")
                 await type_into(pilot, "#context", "1024")
                 await pilot.click("#swap")
-                await wait_until(pilot, lambda: "swap done" in text_of(pilot, "#action-status"),
-                                 "the swap", timeout_s=120)
+                await wait_until(
+                    pilot,
+                    lambda: "swap done" in text_of(pilot, "#action-status"),
+                    "the swap",
+                    timeout_s=120,
+                )
                 live = [e for e in await client.engines() if e.state == "ready"]
                 assert [e.config.get("context_len") for e in live] == [1024]
 
-                await wait_until(pilot, lambda: any(
-                    e.id == live[0].id for e in app.model.nodes[node].engines),
-                    "the swapped engine's frame")
+                await wait_until(
+                    pilot,
+                    lambda: any(e.id == live[0].id for e in app.model.nodes[node].engines),
+                    "the swapped engine's frame",
+                )
                 app.redraw_now()
                 await pilot.pause()
                 table.move_cursor(row=0)
                 await pilot.click("#stop")
-                await wait_until(pilot, lambda: "stop done" in text_of(pilot, "#action-status"),
-                                 "the stop", timeout_s=60)
+                await wait_until(
+                    pilot,
+                    lambda: "stop done" in text_of(pilot, "#action-status"),
+                    "the stop",
+                    timeout_s=60,
+                )
                 assert containers(node) == []
     finally:
         leftover = containers(node)

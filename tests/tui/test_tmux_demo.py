@@ -21,8 +21,13 @@ class Tmux:
         self.tmp = tmp
 
     def run(self, *args: str) -> str:
-        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
-                             text=True, timeout=30, check=True)
+        out = subprocess.run(
+            ["tmux", "-L", self.socket, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         return out.stdout
 
     def start(self, command: str) -> None:
@@ -52,8 +57,7 @@ class Tmux:
             time.sleep(0.3)
 
     def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
-                       timeout=30)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
 
 
 @pytest.fixture
@@ -69,13 +73,17 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
 
 def test_demo_every_screen_by_key(tmux: Tmux, tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("infer-top")
-    env = " ".join(f"{k}={tmp_path / k.lower()}" for k in
-                   ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"))
+    env = " ".join(
+        f"{k}={tmp_path / k.lower()}"
+        for k in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+    )
     # the shell stays after the demo exits, so its last screen can be read
     # COLUMNS / LINES from the test runner would override the pane's real size
-    tmux.start(f"cd {tmp_path} && env -u COLUMNS -u LINES {env} TERM=xterm-256color "
-               f"{exe} demo --gpus 4; "
-               "echo DEMO-EXITED $?; sleep 30")
+    tmux.start(
+        f"cd {tmp_path} && env -u COLUMNS -u LINES {env} TERM=xterm-256color "
+        f"{exe} demo --gpus 4; "
+        "echo DEMO-EXITED $?; sleep 30"
+    )
     screen = tmux.wait_for("1 Fleet", "h200-demo", "replayed H200", "SIMULATED")
     assert "GPUs" in screen and "Engines" in screen
     tmux.wait_for("vllm SIM", "trtllm SIM", "healthy")
@@ -90,11 +98,18 @@ def test_demo_every_screen_by_key(tmux: Tmux, tmp_path: Path) -> None:
     tmux.wait_for("Stored runs", "trtllm SIM", "completed")
 
     tmux.keys("5")
-    screen = tmux.wait_for("throughput vs concurrency", "TTFT p50 vs concurrency",
-                           "trtllm simulated", "llamacpp simulated")
+    screen = tmux.wait_for(
+        "throughput vs concurrency",
+        "TTFT p50 vs concurrency",
+        "trtllm simulated",
+        "llamacpp simulated",
+    )
     table = [line for line in screen.splitlines() if "simulated" in line and "@" not in line]
-    rows = {line.split()[0]: line for line in table if line.split()[0] in
-            ("trtllm", "lmdeploy", "vllm", "ollama", "llamacpp")}
+    rows = {
+        line.split()[0]: line
+        for line in table
+        if line.split()[0] in ("trtllm", "lmdeploy", "vllm", "ollama", "llamacpp")
+    }
     assert set(rows) == {"trtllm", "lmdeploy", "vllm", "ollama", "llamacpp"}, screen
     # the seed's ranking at 64 concurrent: TensorRT-LLM > LMDeploy > vLLM > Ollama > llama.cpp
     assert "@64" in screen

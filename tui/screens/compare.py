@@ -96,6 +96,8 @@ class CompareScreen(BaseScreen):
                     for r in runs
                 ]
             )
+            if runs:  # space toggles the highlighted run: start on the first
+                pick.highlighted = 0
         self.show_comparison([r.run_id for r in runs if r.run_id in chosen])
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:

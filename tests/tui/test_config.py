@@ -1,0 +1,75 @@
+"""The operator's config file: nodes, tokens, refusals in words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tui.config import ConfigError, load_config, parse_config
+
+
+def test_nodes_tokens_and_relative_paths(tmp_path: Path) -> None:
+    token = tmp_path / "a.token"
+    token.write_text("s3cret-token-value-123\n")
+    token.chmod(0o600)
+    cfg_file = tmp_path / "config.toml"
+    cfg_file.write_text(
+        '[[nodes]]\nname = "h100-a"\nurl = "https://10.0.0.5:7070/"\n'
+        'token_file = "a.token"\n\n[ui]\nrefresh_s = 0.5\n'
+    )
+    config = load_config(cfg_file)
+    (node,) = config.nodes
+    assert (node.name, node.url, node.token_file) == ("h100-a", "https://10.0.0.5:7070", token)
+    assert node.read_token() == "s3cret-token-value-123"
+    assert config.refresh_s == 0.5 and not config.embedded
+
+
+def test_no_file_means_the_embedded_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFER_TOP_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("INFER_TOP_DB", str(tmp_path / "x.db"))
+    config = load_config()
+    assert config.embedded and config.nodes == ()
+    assert config.db_path == tmp_path / "x.db"
+
+
+def test_env_names_the_file_and_a_missing_one_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFER_TOP_CONFIG", str(tmp_path / "nope.toml"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[nodes]\n", "not valid TOML"),
+        ('nodes = "x"\n', "array of tables"),
+        ('[[nodes]]\nurl = "http://a:1"\n', "'name' must be"),
+        ('[[nodes]]\nname = "a"\nurl = "ftp://a"\n', "http:// or https://"),
+        (
+            '[[nodes]]\nname = "a"\nurl = "http://a:1"\n[[nodes]]\nname = "a"\nurl = "http://b:1"\n',
+            "repeated: a",
+        ),
+        ("[ui]\nrefresh_s = 0\n", "out of range"),
+    ],
+)
+def test_bad_config_is_refused_in_words(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
+
+
+def test_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    token = tmp_path / "t"
+    token.write_text("s3cret-token-value-123\n")
+    token.chmod(0o644)
+    (node,) = parse_config(
+        f'[[nodes]]\nname = "a"\nurl = "http://a:1"\ntoken_file = "{token}"\n'
+    ).nodes
+    with pytest.raises(ConfigError, match="chmod 600"):
+        node.read_token()
+    token.unlink()
+    with pytest.raises(ConfigError, match="cannot read token file"):
+        node.read_token()
