@@ -32,6 +32,12 @@ def containers(node: str) -> list[str]:
     return out.stdout.split()
 
 
+def remove_leftovers(node: str) -> None:
+    leftover = containers(node)
+    if leftover:
+        subprocess.run(["docker", "rm", "-f", *leftover], capture_output=True, timeout=60)
+
+
 @pytest.mark.docker
 async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> None:
     node = f"tui-docker-{uuid.uuid4().hex[:8]}"
@@ -135,6 +141,4 @@ async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> No
                 )
                 assert containers(node) == []
     finally:
-        leftover = containers(node)
-        if leftover:
-            subprocess.run(["docker", "rm", "-f", *leftover], capture_output=True, timeout=60)
+        remove_leftovers(node)

@@ -11,6 +11,11 @@ from tests.tui.conftest import SIZE, engines_at_load, fleet_frames, frozen_app, 
 from tests.tui.helpers import text_of, wait_until
 
 
+def only_export(folder: Path) -> str:
+    (exported,) = folder.glob("compare-*.md")
+    return exported.read_text()
+
+
 async def test_compare_pick_and_export(seed_store: Any, tmp_path: Path) -> None:
     app = frozen_app(frozen_services(store=seed_store, exports_dir=tmp_path))
     async with app.run_test(size=SIZE) as pilot:
@@ -23,8 +28,7 @@ async def test_compare_pick_and_export(seed_store: Any, tmp_path: Path) -> None:
         await wait_until(pilot, lambda: table.row_count == 4, "the comparison of four runs")
         await pilot.press("m")
         await wait_until(pilot, lambda: any(tmp_path.glob("compare-*.md")), "the export")
-        (exported,) = tmp_path.glob("compare-*.md")
-        text = exported.read_text()
+        text = only_export(tmp_path)
         assert "| tok/s |" in text and "simulated" in text
         assert len(pick.selected) == 4
 
