@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable, Select
+from textual.widgets import DataTable, Log, Select
 
 from agents.embedded import embedded_config
 from tests.conftest import Rig
@@ -80,6 +80,16 @@ async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> No
                     False,
                 )
                 assert len(containers(node)) == 1
+
+                # Node screen: follow the container's log
+                await pilot.press("2")
+                engines_table = app.screen.query_one("#node-engines", DataTable)
+                await wait_until(pilot, lambda: engines_table.row_count == 1, "the engine row")
+                engines_table.focus()
+                await pilot.press("f")
+                log = app.screen.query_one("#engine-log", Log)
+                await wait_until(pilot, lambda: any("server" in line for line in log.lines),
+                                 "llama-server's log lines", timeout_s=30)
 
                 await pilot.press("4")
                 key = f"{node}/{engine.id}"
