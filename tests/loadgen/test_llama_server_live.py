@@ -61,7 +61,7 @@ async def test_sweep_1_to_8_agrees_with_llama_server_counters(
     await _wait_health(url)
 
     before = await _counter(url, "llamacpp:tokens_predicted_total")
-    spec = LoadSpec(concurrency_sweep([1, 2, 4, 8]), requests_per_level=12, request_timeout_s=60)
+    spec = LoadSpec(concurrency_sweep([1, 2, 4, 8]), requests_per_level=16, request_timeout_s=60)
     sink = MemorySink()
     target = Target(url, "tiny", engine_kind="llamacpp")
     result = await run_load(spec, Workload(input_len=32, output_len=32, seed=5), target, sink)
@@ -69,13 +69,13 @@ async def test_sweep_1_to_8_agrees_with_llama_server_counters(
 
     assert [s.concurrency for s in result.levels] == [1, 2, 4, 8]
     for s in result.levels:
-        assert (s.completed, s.failed, s.incomplete) == (12, 0, 0), s.failures_by_kind
+        assert (s.completed, s.failed, s.incomplete) == (16, 0, 0), s.failures_by_kind
         assert s.output_tok_s > 0 and s.ttft_s.p50 is not None and s.ttft_s.p50 > 0
     # ignore_eos forces the length; usage, the re-count and the server all agree.
     assert all(r.output_tokens == r.usage_completion_tokens == 32 for r in sink.records)
     assert all(r.prompt_tokens and r.prompt_tokens > 0 for r in sink.records)
     ours = sum(s.total_output_tokens for s in result.levels)
-    assert ours == after - before == 4 * 12 * 32
+    assert ours == after - before == 4 * 16 * 32
     for s in result.levels:
         level = [r for r in sink.records if r.level_index == s.level_index]
         # Decode time per level, summed: ours from the first to the last content
