@@ -93,7 +93,8 @@ def simulate_run(
         workload={"input_len": shape.prompt_tokens, "output_len": shape.output_tokens},
         simulated=True,
         software_versions={"engine": f"simulated ({profile_name})"},
-        created_at=start_epoch, run_id=run_id,
+        created_at=start_epoch,
+        run_id=run_id,
     )
     epoch = start_epoch
     for level, concurrency in enumerate(shape.concurrency):

@@ -24,7 +24,8 @@ class ScreenCommands(Provider):
             (f"Go to {title}", partial(app.switch_mode, mode), f"screen {mode}")
             for mode, title in SCREEN_TITLES
         ]
-        for name in getattr(app, "model", None).nodes if hasattr(app, "model") else ():
+        model = getattr(app, "model", None)
+        for name in model.nodes if model is not None else ():
             out.append((f"Open node {name}", partial(app.open_node, name), "node"))
         return out
 

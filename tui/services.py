@@ -66,7 +66,7 @@ class Backoff:
     max_s: float = 15.0
 
     def delay(self, failures: int) -> float:
-        return min(self.max_s, self.initial_s * (2 ** max(0, failures - 1)))
+        return min(self.max_s, self.initial_s * 2.0 ** max(0, failures - 1))
 
 
 @dataclass(slots=True)

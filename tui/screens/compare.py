@@ -100,7 +100,7 @@ class CompareScreen(BaseScreen):
                 pick.highlighted = 0
         self.show_comparison([r.run_id for r in runs if r.run_id in chosen])
 
-    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged) -> None:
+    def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged[str]) -> None:
         selected = set(event.selection_list.selected)
         self.show_comparison([r.run_id for r in self._runs if r.run_id in selected])
 
@@ -113,8 +113,11 @@ class CompareScreen(BaseScreen):
             title.update("Comparison: pick two or more runs on the left (space)")
             self._draw_curves([])
             return
+        store = self.top.services.store
+        if store is None:
+            return
         try:
-            comparison = await asyncio.to_thread(self.top.services.store.compare, run_ids)
+            comparison = await asyncio.to_thread(store.compare, run_ids)
         except Exception as exc:
             self.notify(f"cannot compare: {describe_error(exc)}", severity="error")
             return

@@ -129,7 +129,8 @@ class EngineScreen(BaseScreen):
         node = model.nodes.get(self._node_name() or "")
         gpus = self.query_one("#gpus", SelectionList)
         wanted = [g.index for g in node.frame.gpus] if node and node.frame else []
-        if [o.value for o in gpus._options] != wanted:
+        shown = [gpus.get_option_at_index(i).value for i in range(gpus.option_count)]
+        if shown != wanted:
             gpus.clear_options()
             gpus.add_options(
                 [

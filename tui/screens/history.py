@@ -224,6 +224,8 @@ class HistoryScreen(BaseScreen):
     @work(group="history-delete", exit_on_error=False)
     async def _delete(self, run_id: str) -> None:
         store = self.top.services.store
+        if store is None:
+            return
         try:
             await asyncio.to_thread(store.delete_run, run_id)
         except Exception as exc:
