@@ -88,8 +88,12 @@ async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> No
                 engines_table.focus()
                 await pilot.press("f")
                 log = app.screen.query_one("#engine-log", Log)
-                await wait_until(pilot, lambda: any("server" in line for line in log.lines),
-                                 "llama-server's log lines", timeout_s=30)
+                await wait_until(
+                    pilot,
+                    lambda: any("server" in line for line in log.lines),
+                    "llama-server's log lines",
+                    timeout_s=30,
+                )
 
                 await pilot.press("4")
                 key = f"{node}/{engine.id}"

@@ -41,6 +41,18 @@ async def test_start_load_swap_stop_simulated_engine(tmp_path: Path) -> None:
             await pilot.press("3")
             screen = app.screen
             screen.query_one("#kind", Select).value = "sim"
+            # A profile the agent does not know: its refusal is shown in words.
+            await type_into(pilot, "#model", "no-such-profile")
+            await pilot.click("#start")
+            await wait_until(
+                pilot,
+                lambda: "start failed" in text_of(pilot, "#action-status"),
+                "the agent's refusal",
+            )
+            status = text_of(pilot, "#action-status")
+            assert "agent answered 400" in status and "no-such-profile" in status, status
+            assert await client.engines() == []
+
             await type_into(pilot, "#model", "h100-llama2-7b-vllm")
             screen.query_one("#gpus").select(1)
             await pilot.click("#start")

@@ -71,3 +71,14 @@ async def test_enter_on_a_node_opens_its_charts() -> None:
         )
         await pilot.press("left_square_bracket")
         assert "Node h200-0" in text_of(pilot, "#node-title")
+
+
+async def test_command_palette_goes_to_a_screen() -> None:
+    app = frozen_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("colon")
+        await wait_until(
+            pilot, lambda: type(app.screen).__name__ == "CommandPalette", "the command palette"
+        )
+        await pilot.press(*"history", "enter")
+        await wait_until(pilot, lambda: app.current_mode == "history", "the History screen")

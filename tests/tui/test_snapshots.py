@@ -142,3 +142,47 @@ def test_history_opened_run(snap_compare: Any, seed_store: Any) -> None:
 def test_help(snap_compare: Any) -> None:
     app = frozen_app()
     assert snap_compare(app, terminal_size=SIZE, press=["question_mark"])
+
+
+def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
+    """A finished sweep as the Load test screen shows it, from fixed progress events
+    (the simulated vLLM run's own level summaries)."""
+    from engines.loadgen.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
+    from tui.messages import LoadFinished, LoadProgress
+
+    app = frozen_app(frozen_services(store=seed_store))
+    levels = [lv.summary for lv in seed_store.levels("seed02-h100-llama2-7b-vllm")][:4]
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=1)
+        await settle(pilot, app)
+        await pilot.press("4")
+        await settle(pilot, app)
+        screen: Any = app.screen
+        screen.query_one("#target").value = "h200-0/vllm-a"
+        screen._planned = len(levels)
+        events: list[Any] = [RunStarted("fixed-run", len(levels), ())]
+        for s in levels:
+            events.append(LevelStarted(s.level_index, s.concurrency, None, s.completed, None))
+            for step in range(1, 4):
+                events.append(
+                    LevelProgress(
+                        s.level_index,
+                        s.completed * step // 3,
+                        s.failed,
+                        0,
+                        s.concurrency or 0,
+                        s.output_tok_s * step / 3,
+                        s.ttft_s.p50,
+                        s.ttft_s.p99,
+                        {},
+                        3.0 * step,
+                    )
+                )
+            events.append(LevelFinished(s))
+        for event in events:
+            screen.on_load_progress(LoadProgress(event))
+        screen.on_load_finished(LoadFinished("fixed-run", None))
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
