@@ -117,7 +117,7 @@ async def demo_services(
     from agents.client import AgentClient
     from agents.embedded import embedded_agent, embedded_config
     from store import open_store
-    from tui.loads import PROFILES, run_load
+    from tui.loads import run_load
 
     with tempfile.TemporaryDirectory(prefix="infer-top-demo-") as tmp:
         db = options.db or Path(tmp) / "demo.db"
@@ -130,7 +130,7 @@ async def demo_services(
             allowed_images=frozenset({real.image}) if real else frozenset(),
             adopt_on_start=False,
         )
-        services = Services(profiles=tuple(p.name for p in PROFILES), exports_dir=Path.cwd())
+        services = Services(exports_dir=Path.cwd())
         async with services.exit_stack:
             store = open_store(db)
             services.exit_stack.callback(store.close)

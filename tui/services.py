@@ -83,8 +83,6 @@ class Services:
     banner: str = ""
     """A line shown on every screen (the demo says what is simulated)."""
     exports_dir: Path = field(default_factory=Path.cwd)
-    profiles: tuple[str, ...] = ()
-    """Load profiles the Load test screen offers (names the load runner knows)."""
     on_start: Callable[[Report], Awaitable[None]] | None = None
     """Slow start-up work the app runs in a worker (the demo's precomputed runs);
     it reports progress as (text, fraction 0-1 or None, done)."""

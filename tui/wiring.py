@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from tui.config import Config, ConfigError
-from tui.loads import PROFILES, LoadRequest, run_load
+from tui.loads import LoadRequest, run_load
 from tui.services import NodeHandle, Services
 
 
@@ -50,7 +50,7 @@ def open_store(config: Config) -> Any:
 @asynccontextmanager
 async def build_services(config: Config, *, agent_config: Any = None) -> AsyncIterator[Services]:
     """Services for ``config``; everything started here is stopped on exit."""
-    services = Services(profiles=tuple(p.name for p in PROFILES))
+    services = Services()
     async with services.exit_stack:
         store = open_store(config)
         services.exit_stack.callback(store.close)

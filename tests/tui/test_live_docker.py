@@ -100,7 +100,7 @@ async def test_llama_server_start_load_swap_stop(rig: Rig, tmp_path: Path) -> No
                 target = app.screen.query_one("#target", Select)
                 await wait_until(
                     pilot,
-                    lambda: key in getattr(target, "_keys", []),
+                    lambda: key in app.screen.target_keys,
                     "the engine among the load-test targets",
                 )
                 target.value = key

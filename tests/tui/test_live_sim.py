@@ -69,13 +69,7 @@ async def test_start_load_swap_stop_simulated_engine(tmp_path: Path) -> None:
             await pilot.press("4")
             key = f"{NODE}/{engine_id}"
             await wait_until(
-                pilot,
-                lambda: (
-                    app.screen.query_one("#target", Select)._keys == [key]
-                    if hasattr(app.screen.query_one("#target"), "_keys")
-                    else False
-                ),
-                "the engine in the target list",
+                pilot, lambda: app.screen.target_keys == [key], "the engine in the target list"
             )
             app.screen.query_one("#target", Select).value = key
             app.screen.query_one("#profile", Select).value = "smoke"

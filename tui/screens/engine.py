@@ -56,6 +56,7 @@ class EngineScreen(BaseScreen):
     ]
 
     def body(self) -> ComposeResult:
+        self._node_names: list[str] = []
         with Horizontal(id="engine-main"):
             with Vertical(id="engine-form"):
                 yield Static("Launch", classes="section")
@@ -120,8 +121,8 @@ class EngineScreen(BaseScreen):
         model = self.top.model
         select = self.query_one("#node", Select)
         names = list(model.nodes)
-        if getattr(select, "_options_names", []) != names:
-            select._options_names = names  # type: ignore[attr-defined]
+        if self._node_names != names:
+            self._node_names = names
             select.set_options([(n, n) for n in names])
             preferred = self.top.selected_node if self.top.selected_node in names else None
             if preferred or names:

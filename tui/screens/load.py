@@ -95,6 +95,8 @@ class LoadScreen(BaseScreen):
                 gpus: DataTable[Any] = DataTable(id="load-gpus", cursor_type="row")
                 add_fixed_columns(gpus, LOAD_GPU_COLUMNS)
                 yield gpus
+        self.target_keys: list[str] = []
+        """The healthy engines (node/engine) the target list offers."""
         self._tps: list[tuple[float, float]] = []
         self._levels: dict[str, Row] = {}
         self._planned = 1
@@ -114,9 +116,9 @@ class LoadScreen(BaseScreen):
         targets = self._targets()
         select = self.query_one("#target", Select)
         keys = sorted(targets)
-        if getattr(select, "_keys", None) != keys:
+        if self.target_keys != keys:
             current = select.value
-            select._keys = keys  # type: ignore[attr-defined]
+            self.target_keys = keys
             select.set_options(
                 [
                     (f"{k} ({e.kind}{' SIM' if e.simulated else ''})", k)
