@@ -82,3 +82,21 @@ async def test_command_palette_goes_to_a_screen() -> None:
         )
         await pilot.press(*"history", "enter")
         await wait_until(pilot, lambda: app.current_mode == "history", "the History screen")
+
+
+async def test_a_burst_of_frames_is_one_redraw_of_the_newest() -> None:
+    """Frames that arrive faster than the screen redraws are folded, not queued."""
+    from tui.fasttable import FastTable
+
+    app = frozen_app()
+    batches: list[int] = []
+    async with app.run_test(size=SIZE) as pilot:
+        app.redraw_listeners.append(lambda arrivals, _at: batches.append(len(arrivals)))
+        frames = fleet_frames("h200-0", 2, range(300))
+        for frame in frames:  # no yield to the loop in between: a terminal that fell behind
+            app.ingest("h200-0", frame)
+        await wait_until(pilot, lambda: sum(batches) == 300, "the redraw")
+        assert batches == [300]
+        gpus = app.screen.query_one("#gpus", FastTable)
+        newest = frames[-1].gpus[1]
+        assert gpus.cells("h200-0/1")[3] == f"{newest.util_pct:,.0f}%"
