@@ -42,9 +42,7 @@ def _rig_or_reason() -> Rig | str:
     env_file = rig_cache_dir() / "rig.env"
     if not env_file.exists():
         return f"the rig is not set up ({env_file} missing): run scripts/rig.sh"
-    values = dict(
-        line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line
-    )
+    values = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
     if shutil.which("docker") is None:
         return "no docker CLI on PATH: run scripts/rig.sh"
     probe = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -30,12 +32,16 @@ def wait_healthy(project: str, timeout_s: float = 90.0) -> None:
     while time.monotonic() < deadline:
         ids = subprocess.run(
             ["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.split()
         if ids:
             status = subprocess.run(
                 ["docker", "inspect", "-f", "{{.State.Health.Status}}", ids[0]],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.strip()
             if status == "healthy":
                 return
@@ -43,20 +49,7 @@ def wait_healthy(project: str, timeout_s: float = 90.0) -> None:
     raise AssertionError(f"{project} not healthy after {timeout_s}s (last status {status!r})")
 
 
-async def test_stream_chat_with_usage_then_teardown(
-    rig: Rig, compose_project: str, tmp_path: Path
-) -> None:
-    port = free_port()
-    env = tmp_path / "engine.env"
-    env.write_text(
-        f"ENGINE_IMAGE={rig.llama_image}\nENGINE_PORT={port}\nPARALLEL=2\n"
-        f"CONTEXT_LEN=4096\nDEPLOYMENT_ID=e2e-{compose_project}\n"
-    )
-    cmd = [*rig.compose, "-f", str(compose_file("llama-server-cpu")), "-p", compose_project,
-           "--env-file", str(env)]
-    subprocess.run([*cmd, "up", "-d"], check=True, capture_output=True, timeout=120)
-    wait_healthy(compose_project)
-
+async def stream_chat(port: int) -> list[dict[str, Any]]:
     body = {
         "model": "tiny",
         "messages": [{"role": "user", "content": "Say something about the sea."}],
@@ -64,7 +57,7 @@ async def test_stream_chat_with_usage_then_teardown(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as session:
         async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
             assert r.status == 200
@@ -74,10 +67,36 @@ async def test_stream_chat_with_usage_then_teardown(
                     events.append(json.loads(line[6:]))
                 elif line == "data: [DONE]":
                     events.append({"done": True})
+    return events
+
+
+def test_stream_chat_with_usage_then_teardown(
+    rig: Rig, compose_project: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = tmp_path / "engine.env"
+    env.write_text(
+        f"ENGINE_IMAGE={rig.llama_image}\nENGINE_PORT={port}\nPARALLEL=2\n"
+        f"CONTEXT_LEN=4096\nDEPLOYMENT_ID=e2e-{compose_project}\n"
+    )
+    cmd = [
+        *rig.compose,
+        "-f",
+        str(compose_file("llama-server-cpu")),
+        "-p",
+        compose_project,
+        "--env-file",
+        str(env),
+    ]
+    subprocess.run([*cmd, "up", "-d"], check=True, capture_output=True, timeout=120)
+    wait_healthy(compose_project)
+
+    events = asyncio.run(stream_chat(port))
 
     assert events[-1] == {"done": True}, "stream must end with [DONE]"
     content = [
-        e for e in events
+        e
+        for e in events
         if e.get("choices") and (e["choices"][0].get("delta") or {}).get("content")
     ]
     usage = [e for e in events if e.get("usage") and not e.get("choices")]
@@ -87,15 +106,25 @@ async def test_stream_chat_with_usage_then_teardown(
     assert usage[0]["usage"]["prompt_tokens"] > 0
     # The deployment label is how an agent finds its projects again.
     labels = subprocess.run(
-        ["docker", "ps", "--filter", f"label=com.docker.compose.project={compose_project}",
-         "--format", "{{.Label \"" + LABEL_DEPLOYMENT + "\"}}"],
-        capture_output=True, text=True, check=True,
+        [
+            "docker",
+            "ps",
+            "--filter",
+            f"label=com.docker.compose.project={compose_project}",
+            "--format",
+            '{{.Label "' + LABEL_DEPLOYMENT + '"}}',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert labels == [f"e2e-{compose_project}"]
 
     subprocess.run([*cmd, "down", "-v", "-t", "2"], check=True, capture_output=True, timeout=120)
     left = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={compose_project}"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert left == [], f"containers left behind: {left}"

@@ -19,7 +19,10 @@ def run_rig(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "INFER_TOP_RIG_CACHE": str(tmp_path / "cache"), **env}
     return subprocess.run(
         ["bash", str(RIG), "--python", sys.executable],
-        capture_output=True, text=True, env=full_env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
     )
 
 
