@@ -11,10 +11,14 @@ command -v "$PYTHON" >/dev/null || { echo "[setup] ERROR: $PYTHON not found: ins
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
   || { echo "[setup] ERROR: infer-top needs Python >= 3.11 (found $("$PYTHON" -V))" >&2; exit 1; }
 if [ ! -x .venv/bin/python ]; then
-  if ! "$PYTHON" -m venv .venv 2>/dev/null; then
+  # Debian's venv without ensurepip prints a long "apt install python3.11-venv"
+  # advice on stdout; we act on it below, so keep it off the screen.
+  if ! "$PYTHON" -m venv .venv >/dev/null 2>&1; then
     echo "[setup] python3-venv missing: installing it with apt-get" >&2
     rm -rf .venv
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null \
+    # NEEDRESTART_SUSPEND: never let an apt hook restart this machine's services.
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes NEEDRESTART_SUSPEND=1 \
+      apt-get install -y -qq python3-venv >/dev/null \
       || { echo "[setup] ERROR: could not install python3-venv (run: apt-get install python3-venv)" >&2; exit 1; }
     "$PYTHON" -m venv .venv
   fi
