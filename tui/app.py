@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from typing import Any, ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
 
 from agents.protocol import TelemetryFrame
+from store import rows_from_frame
 from tui.config import Config
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.model import FleetModel
@@ -65,6 +67,7 @@ class InferTopApp(App[int]):
         self._last_refresh = 0.0
         self._refresh_timer: Any = None
         self._arrivals: list[float] = []
+        self._recording: Counter[str] = Counter()
         self.redraw_listeners: list[Any] = []
         """Called with (frame arrival times, shown at) in loop time after each redraw
         is on screen: the benchmark's lag probe."""
@@ -140,9 +143,17 @@ class InferTopApp(App[int]):
     def ingest(self, node: str, frame: TelemetryFrame) -> None:
         """Feed one frame (the workers' path; tests and the benchmark call it too)."""
         self.model.ingest(node, frame, self.services.clock())
+        if self._recording[node] and not frame.simulated and self.services.store is not None:
+            # GPU energy during a load test: the store turns it into tok/J.  Replayed
+            # GPUs are not recorded: their energy has nothing to do with the run.
+            self.services.store.add_telemetry(rows_from_frame(frame))
         if self.redraw_listeners:
             self._arrivals.append(asyncio.get_running_loop().time())
         self._notify_fleet()
+
+    def record_telemetry(self, node: str, on: bool) -> None:
+        """Keep ``node``'s telemetry in the store while a load test runs against it."""
+        self._recording[node] += 1 if on else -1
 
     def _notify_fleet(self) -> None:
         if not self._fleet_pending:

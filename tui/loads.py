@@ -54,6 +54,8 @@ class LoadRequest:
     model: str
     profile: LoadProfile
     simulated: bool = False
+    gpu_ids: tuple[int, ...] = ()
+    """The engine's GPUs: the store reads their energy over the run for tok/J."""
 
 
 def run_load(request: LoadRequest, store_path: Path | None) -> AsyncIterator[Any]:
@@ -76,9 +78,9 @@ def run_load(request: LoadRequest, store_path: Path | None) -> AsyncIterator[Any
     return run_load_in_subprocess(spec, workload, target, where)
 
 
-async def resolve_model(services: Any, request: LoadRequest) -> LoadRequest:
-    """The model name the engine serves: the agent's deployment record first, else the
-    engine's own ``/v1/models`` (engines refuse a name they do not serve)."""
+async def resolve_target(services: Any, request: LoadRequest) -> LoadRequest:
+    """The engine's GPUs and the model name it serves: the agent's deployment record
+    first, else the engine's own ``/v1/models`` (engines refuse a name they do not serve)."""
     from dataclasses import replace
 
     handle = services.node(request.node)
@@ -88,9 +90,11 @@ async def resolve_model(services: Any, request: LoadRequest) -> LoadRequest:
         except Exception:  # the run itself will report an unreachable agent
             infos = []
         for info in infos:
-            model = info.config.get("model") if info.id == request.engine_id else None
-            if model:
-                return replace(request, model=str(model))
+            if info.id == request.engine_id:
+                request = replace(request, gpu_ids=tuple(info.gpu_ids))
+                model = info.config.get("model")
+                if model:
+                    return replace(request, model=str(model))
     served = await served_model(request.url)
     return replace(request, model=served) if served else request
 

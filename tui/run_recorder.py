@@ -27,6 +27,15 @@ class RunRecorder:
             self.run_id = event.run_id
             if self.store is not None:
                 r = self.request
+                # the deployment names the engine's GPUs: the store sums only their energy
+                self.store.add_deployment(
+                    node=r.node,
+                    engine_kind=r.engine_kind,
+                    gpus=list(r.gpu_ids) or None,
+                    simulated=r.simulated,
+                    deployment_id=r.engine_id,
+                    launch_config={"model": r.model, "url": r.url},
+                )
                 self.store.create_run(
                     run_id=event.run_id,
                     name=f"{r.engine_kind} {r.engine_id}",

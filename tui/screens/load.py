@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
 from textual_plotext import PlotextPlot
 
-from tui.loads import PROFILES, LoadRequest, profile, resolve_model
+from tui.loads import PROFILES, LoadRequest, profile, resolve_target
 from tui.messages import LoadFinished, LoadProgress, RunsChanged
 from tui.model import fmt
 from tui.run_recorder import RunRecorder
@@ -183,8 +183,9 @@ class LoadScreen(BaseScreen):
         if services.load_runner is None:
             self.post_message(LoadFinished(None, "no load generator is configured"))
             return
-        request = await resolve_model(services, request)
+        request = await resolve_target(services, request)
         recorder = RunRecorder(services.store, request)
+        self.top.record_telemetry(request.node, True)
         try:
             async for event in services.load_runner(request):
                 recorder.on_event(event)
@@ -193,6 +194,8 @@ class LoadScreen(BaseScreen):
         except Exception as exc:
             recorder.fail(describe_error(exc))
             run_id, error = recorder.run_id, describe_error(exc)
+        finally:
+            self.top.record_telemetry(request.node, False)
         if services.store is not None:
             await asyncio.to_thread(services.store.flush)
         self.post_message(LoadFinished(run_id, error))
