@@ -39,8 +39,29 @@ class LoadFinished(Message):
 
 
 @dataclass
-class RunsChanged(Message):
-    """The store changed (a run saved, deleted): lists re-read it."""
+class RunsChanged(Message, bubble=False):
+    """The store changed (a run saved, deleted): lists re-read it.  It does not bubble:
+    the app hands it to the screens that list runs."""
+
+
+@dataclass
+class RunsLoaded(Message, bubble=False):
+    """A screen's worker read the stored runs (None: no store is configured)."""
+
+    runs: list[Any] | None
+
+
+@dataclass
+class LevelsLoaded(Message, bubble=False):
+    run_id: str
+    levels: list[Any]
+
+
+@dataclass
+class ComparisonLoaded(Message, bubble=False):
+    """The comparison of the picked runs (None: nothing picked)."""
+
+    comparison: Any | None
 
 
 @dataclass

@@ -15,7 +15,7 @@ from textual_plotext import PlotextPlot
 
 from tui.compare_view import comparison_curves, comparison_table, run_label
 from tui.exporting import export_comparison
-from tui.messages import RunsChanged, StartupProgress
+from tui.messages import ComparisonLoaded, RunsChanged, RunsLoaded, StartupProgress
 from tui.screens.base import BaseScreen
 from tui.screens.history import when
 from tui.services import describe_error
@@ -71,12 +71,19 @@ class CompareScreen(BaseScreen):
     async def reload(self) -> None:
         store = self.top.services.store
         if store is None:
-            self.query_one("#compare-title", Static).update("No run store is configured.")
+            self.post_message(RunsLoaded(None))
             return
         try:
             runs = await asyncio.to_thread(store.list_runs)
         except Exception as exc:
             self.notify(f"cannot read runs: {describe_error(exc)}", severity="error")
+            return
+        self.post_message(RunsLoaded(runs))
+
+    def on_runs_loaded(self, message: RunsLoaded) -> None:
+        runs = message.runs
+        if runs is None:
+            self.query_one("#compare-title", Static).update("No run store is configured.")
             return
         pick = self.query_one("#pick", SelectionList)
         chosen = set(pick.selected)
@@ -106,20 +113,25 @@ class CompareScreen(BaseScreen):
 
     @work(exclusive=True, group="compare-show", exit_on_error=False)
     async def show_comparison(self, run_ids: list[str]) -> None:
-        table = self.query_one("#compare-table", DataTable)
-        title = self.query_one("#compare-title", Static)
-        if not run_ids:
-            table.clear(columns=True)
-            title.update("Comparison: pick two or more runs on the left (space)")
-            self._draw_curves([])
-            return
         store = self.top.services.store
-        if store is None:
+        if not run_ids or store is None:
+            self.post_message(ComparisonLoaded(None))
             return
         try:
             comparison = await asyncio.to_thread(store.compare, run_ids)
         except Exception as exc:
             self.notify(f"cannot compare: {describe_error(exc)}", severity="error")
+            return
+        self.post_message(ComparisonLoaded(comparison))
+
+    def on_comparison_loaded(self, message: ComparisonLoaded) -> None:
+        table = self.query_one("#compare-table", DataTable)
+        title = self.query_one("#compare-title", Static)
+        comparison = message.comparison
+        if comparison is None:
+            table.clear(columns=True)
+            title.update("Comparison: pick two or more runs on the left (space)")
+            self._draw_curves([])
             return
         view = comparison_table(comparison)
         table.clear(columns=True)
@@ -128,7 +140,8 @@ class CompareScreen(BaseScreen):
             table.add_row(*cells, key=key)
         simulated = any(r.simulated for r in comparison.runs)
         title.update(
-            f"{len(run_ids)} runs: {view.title}" + ("  [simulated engines]" if simulated else "")
+            f"{len(comparison.runs)} runs: {view.title}"
+            + ("  [simulated engines]" if simulated else "")
         )
         self._draw_curves(comparison_curves(comparison))
 

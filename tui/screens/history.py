@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from tui.exporting import export_comparison
-from tui.messages import RunsChanged, StartupProgress
+from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded, StartupProgress
 from tui.model import fmt
 from tui.screens.base import BaseScreen
 from tui.services import describe_error
@@ -139,16 +139,23 @@ class HistoryScreen(BaseScreen):
     @work(exclusive=True, group="history-load", exit_on_error=False)
     async def reload(self) -> None:
         store = self.top.services.store
-        table = self.query_one("#runs", DataTable)
         if store is None:
-            self.query_one("#levels-title", Static).update("No run store is configured.")
+            self.post_message(RunsLoaded(None))
             return
         try:
-            self._runs = await asyncio.to_thread(store.list_runs)
+            runs = await asyncio.to_thread(store.list_runs)
         except Exception as exc:
             self.notify(f"cannot read runs: {describe_error(exc)}", severity="error")
             return
-        sync_table(table, run_rows(self._runs, self.query_one("#filter", Input).value))
+        self.post_message(RunsLoaded(runs))
+
+    def on_runs_loaded(self, message: RunsLoaded) -> None:
+        if message.runs is None:
+            self.query_one("#levels-title", Static).update("No run store is configured.")
+            return
+        self._runs = message.runs
+        text = self.query_one("#filter", Input).value
+        sync_table(self.query_one("#runs", DataTable), run_rows(self._runs, text))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -186,9 +193,12 @@ class HistoryScreen(BaseScreen):
         except Exception as exc:
             self.notify(f"cannot open {run_id}: {describe_error(exc)}", severity="error")
             return
-        self.query_one("#levels-title", Static).update(f"Levels of run {run_id}")
+        self.post_message(LevelsLoaded(run_id, levels))
+
+    def on_levels_loaded(self, message: LevelsLoaded) -> None:
+        self.query_one("#levels-title", Static).update(f"Levels of run {message.run_id}")
         rows: list[Row] = []
-        for lr in levels:
+        for lr in message.levels:
             s = lr.summary
             rows.append(
                 (
@@ -232,7 +242,6 @@ class HistoryScreen(BaseScreen):
             self.notify(f"delete failed: {describe_error(exc)}", severity="error")
             return
         self.notify(f"deleted run {run_id[:12]}")
-        self.post_message(RunsChanged())
         self.app.post_message(RunsChanged())
 
     def action_export(self) -> None:
