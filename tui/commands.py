@@ -6,6 +6,10 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tui.config import Config
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,11 +34,11 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_main(config))
 
 
-async def _main(config: object) -> int:
+async def _main(config: Config) -> int:
     from tui.app import create_app
     from tui.wiring import build_services
 
-    async with build_services(config) as services:  # type: ignore[arg-type]
-        app = create_app(config, services=services)  # type: ignore[arg-type]
+    async with build_services(config) as services:
+        app = create_app(config, services=services)
         await app.run_async()
     return int(app.return_code or 0)

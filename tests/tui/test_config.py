@@ -73,3 +73,17 @@ def test_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     token.unlink()
     with pytest.raises(ConfigError, match="cannot read token file"):
         node.read_token()
+
+
+def test_cli_refuses_a_bad_config_in_words(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "config.toml"
+    bad.write_text('[[nodes]]\nname = "x"\nurl = "ftp://x"\n')
+    exe = Path(sys.executable).with_name("infer-top")
+    out = subprocess.run(
+        [str(exe), "tui", "--config", str(bad)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    assert "http:// or https://" in out.stderr
