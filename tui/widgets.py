@@ -59,17 +59,17 @@ Columns = Sequence[tuple[str, int]]
 its rows arrived (auto widths are measured lazily) and no cell is re-measured."""
 
 NODE_COLUMNS: Columns = (
-    ("Node", 12),
+    ("Node", 10),
     ("Status", 10),
     ("Platform", 15),
     ("CPU", 4),
     ("RAM", 14),
     ("GPUs", 4),
     ("Engines", 7),
-    ("Note", 48),
+    ("Note", 37),
 )
 GPU_COLUMNS: Columns = (
-    ("Node", 12),
+    ("Node", 10),
     ("#", 2),
     ("GPU", 5),
     ("Util", 4),
@@ -82,12 +82,12 @@ GPU_COLUMNS: Columns = (
     ("temp history", 12),
 )
 ENGINE_COLUMNS: Columns = (
-    ("Node", 12),
+    ("Node", 10),
     ("Engine", 10),
     ("Kind", 12),
     ("State", 8),
     ("Health", 9),
-    ("KV cache", 14),
+    ("KV cache", 13),
     ("Run", 4),
     ("Wait", 4),
     ("tok/s", 6),

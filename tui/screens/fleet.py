@@ -49,8 +49,8 @@ def node_note(node: NodeState, now: float) -> str:
     if node.last_frame_at is None:
         return node.url
     age = max(0.0, now - node.last_frame_at)
-    source = "replayed H200 trace" if node.frame and node.frame.simulated else "live"
-    return f"{source}, last frame {age:.0f}s ago"
+    source = "replayed GPUs" if node.frame and node.frame.simulated else "live"
+    return f"{source}, frame {age:.0f}s ago"
 
 
 def node_cells(item: tuple[NodeState, float]) -> tuple[Any, ...]:
