@@ -147,6 +147,15 @@ async def demo_services(
             yield config, services
 
 
+async def _has_seed_runs(store: Any) -> bool:
+    """A kept demo store (--db) already holds the simulated comparison: not again."""
+    from tui.demo_runs import SEED_PROFILES
+
+    runs = await asyncio.to_thread(store.list_runs)
+    found = {r.profile.get("sim_profile") for r in runs if r.simulated}
+    return set(SEED_PROFILES) <= found
+
+
 async def _start_up(services: Services, client: Any, options: DemoOptions, report: Report) -> None:
     if options.sims:
         for i, profile in enumerate(LIVE_SIMS):
@@ -154,7 +163,7 @@ async def _start_up(services: Services, client: Any, options: DemoOptions, repor
             await client.start(
                 "sim", {"profile": profile}, [i % options.gpus], runtime="sim", wait=False
             )
-    if options.runs:
+    if options.runs and not await _has_seed_runs(services.store):
         from tui.demo_runs import simulate_seed_table
 
         def progress(text: str, fraction: float) -> None:
