@@ -241,6 +241,9 @@ class EngineScreen(BaseScreen):
             return
         if client is None or config is None:
             return
+        gpus = sorted(self.query_one("#gpus", SelectionList).selected)
+        if gpus and "profile" not in config:  # move to the picked GPUs (simulators have none)
+            config["gpu_ids"] = gpus
         self._run(
             self._node_name() or "", "swap", swap_engine(client, engine, config, self._progress)
         )
