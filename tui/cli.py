@@ -16,11 +16,11 @@ from tui import __version__
 
 # name -> module with ``register(subparsers)``; order is the order in --help.
 SUBCOMMANDS: tuple[str, ...] = (
-    "tui.commands",          # (default) open the TUI
-    "tui.demo",              # demo
-    "engines.loadgen.cli",   # bench
-    "engines.sim.cli",       # sim
-    "store.cli",             # runs
+    "tui.commands",  # (default) open the TUI
+    "tui.demo",  # demo
+    "engines.loadgen.cli",  # bench
+    "engines.sim.cli",  # sim
+    "store.cli",  # runs
 )
 
 EPILOG = """\
@@ -58,15 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_names(parser: argparse.ArgumentParser) -> set[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        # No sub-command: the TUI itself (registered by tui.commands as "tui").
-        args = parser.parse_args(["tui", *(argv if argv is not None else sys.argv[1:])])
-        func = args.func
-    return int(func(args) or 0)
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    # No sub-command means the TUI itself (registered by tui.commands as "tui"),
+    # so `infer-top --config F` works like `infer-top tui --config F`.
+    first = args_in[0] if args_in else None
+    if first not in _command_names(parser) and first not in {"-h", "--help", "--version"}:
+        args_in = ["tui", *args_in]
+    args = parser.parse_args(args_in)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":
