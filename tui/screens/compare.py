@@ -15,9 +15,9 @@ from textual_plotext import PlotextPlot
 
 from tui.compare_view import comparison_curves, comparison_table, run_label
 from tui.exporting import export_comparison
-from tui.messages import ComparisonLoaded, RunsChanged, RunsLoaded, StartupProgress
-from tui.screens.base import BaseScreen
+from tui.messages import ComparisonLoaded, RunsLoaded
 from tui.screens.history import when
+from tui.screens.shared import RunsScreen
 from tui.services import describe_error
 
 
@@ -31,7 +31,7 @@ def default_pick(runs: list[Any], limit: int = 6) -> list[str]:
     return list(picked.values())[:limit]
 
 
-class CompareScreen(BaseScreen):
+class CompareScreen(RunsScreen):
     MODE = "compare"
     AUTO_FOCUS = "#pick"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -52,33 +52,6 @@ class CompareScreen(BaseScreen):
             yield PlotextPlot(id="curve-ttft")
         self._runs: list[Any] = []
         self._picked_once = False
-
-    def on_mount(self) -> None:
-        self.reload()
-
-    def on_screen_resume(self) -> None:
-        self.reload()
-
-    def on_runs_changed(self, message: RunsChanged) -> None:
-        self.reload()
-
-    def show_startup(self, message: StartupProgress) -> None:
-        box = self.query_one("#startup", Static)
-        box.set_class(message.done, "hidden")
-        box.update(message.text)
-
-    @work(exclusive=True, group="compare-runs", exit_on_error=False)
-    async def reload(self) -> None:
-        store = self.top.services.store
-        if store is None:
-            self.post_message(RunsLoaded(None))
-            return
-        try:
-            runs = await asyncio.to_thread(store.list_runs)
-        except Exception as exc:
-            self.notify(f"cannot read runs: {describe_error(exc)}", severity="error")
-            return
-        self.post_message(RunsLoaded(runs))
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         runs = message.runs

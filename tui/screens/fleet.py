@@ -20,7 +20,7 @@ from tui.model import (
     mem_pct,
     sparkline,
 )
-from tui.screens.base import BaseScreen
+from tui.screens.shared import FilteredScreen
 from tui.widgets import (
     ENGINE_COLUMNS,
     GPU_COLUMNS,
@@ -164,9 +164,10 @@ def engine_rows(nodes: list[NodeState]) -> list[Row]:
     return [(key, engine_cells(item)) for key, item in engine_items(nodes)]
 
 
-class FleetScreen(BaseScreen):
+class FleetScreen(FilteredScreen):
     MODE = "fleet"
     AUTO_FOCUS = "#nodes"
+    FILTER_TARGET = "#nodes"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -215,23 +216,12 @@ class FleetScreen(BaseScreen):
         self.query_one("#gpus", FastTable).set_items(versioned(gpu_items(nodes)))
         self.query_one("#engines", FastTable).set_items(versioned(engine_items(nodes)))
 
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.remove_class("hidden")
-        box.focus()
-
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
-        box.add_class("hidden")
-        self.query_one("#nodes", FastTable).focus()
+        super().action_clear_filter()
         self.refresh_fleet()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.refresh_fleet()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one("#nodes", FastTable).focus()
 
     def on_fast_table_selected(self, event: FastTable.Selected) -> None:
         self.top.open_node(event.key.split("/", 1)[0])

@@ -14,9 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, Static
 
 from tui.exporting import export_comparison
-from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded, StartupProgress
+from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded
 from tui.model import fmt
-from tui.screens.base import BaseScreen
+from tui.screens.shared import FilteredScreen, RunsScreen
 from tui.services import describe_error
 from tui.widgets import Row, add_fixed_columns, selected_key, sync_table
 
@@ -96,9 +96,10 @@ class ConfirmDelete(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class HistoryScreen(BaseScreen):
+class HistoryScreen(FilteredScreen, RunsScreen):
     MODE = "history"
     AUTO_FOCUS = "#runs"
+    FILTER_TARGET = "#runs"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -122,33 +123,6 @@ class HistoryScreen(BaseScreen):
         yield levels
         self._runs: list[Any] = []
 
-    def on_mount(self) -> None:
-        self.reload()
-
-    def on_screen_resume(self) -> None:
-        self.reload()
-
-    def on_runs_changed(self, message: RunsChanged) -> None:
-        self.reload()
-
-    def show_startup(self, message: StartupProgress) -> None:
-        box = self.query_one("#startup", Static)
-        box.set_class(message.done, "hidden")
-        box.update(message.text)
-
-    @work(exclusive=True, group="history-load", exit_on_error=False)
-    async def reload(self) -> None:
-        store = self.top.services.store
-        if store is None:
-            self.post_message(RunsLoaded(None))
-            return
-        try:
-            runs = await asyncio.to_thread(store.list_runs)
-        except Exception as exc:
-            self.notify(f"cannot read runs: {describe_error(exc)}", severity="error")
-            return
-        self.post_message(RunsLoaded(runs))
-
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         if message.runs is None:
             self.query_one("#levels-title", Static).update("No run store is configured.")
@@ -157,22 +131,8 @@ class HistoryScreen(BaseScreen):
         text = self.query_one("#filter", Input).value
         sync_table(self.query_one("#runs", DataTable), run_rows(self._runs, text))
 
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.remove_class("hidden")
-        box.focus()
-
-    def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = ""
-        box.add_class("hidden")
-        self.query_one("#runs", DataTable).focus()
-
     def on_input_changed(self, event: Input.Changed) -> None:
         sync_table(self.query_one("#runs", DataTable), run_rows(self._runs, event.value))
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.query_one("#runs", DataTable).focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "runs" and event.row_key.value:
