@@ -6,7 +6,8 @@ sampled twice and the values are exactly what the TUI sees.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -35,6 +36,9 @@ _ENGINE_GAUGES = (
     ("ttft_p50_s", "infer_engine_ttft_p50_seconds", "Median time to first token"),
     ("itl_p50_s", "infer_engine_itl_p50_seconds", "Median inter-token latency"),
 )
+_GPU_LABELS = ["node", "gpu", "name"]
+_ENGINE_LABELS = ["node", "engine", "kind"]
+M = TypeVar("M", GaugeMetricFamily, CounterMetricFamily)
 
 
 class FrameCollector(Collector):
@@ -46,37 +50,29 @@ class FrameCollector(Collector):
         if frame is None:
             return
         node = frame.node
+        gpus = [([node, str(gpu.index), gpu.name], gpu) for gpu in frame.gpus]
+        engines = [([node, eng.id, eng.kind], eng) for eng in frame.engines]
         for attr, name, doc in _GPU_GAUGES:
-            family = GaugeMetricFamily(name, doc, labels=["node", "gpu", "name"])
-            for gpu in frame.gpus:
-                value = getattr(gpu, attr)
-                if value is not None:  # n/a stays absent, never 0
-                    family.add_metric([node, str(gpu.index), gpu.name], float(value))
-            yield family
+            family = GaugeMetricFamily(name, doc, labels=_GPU_LABELS)
+            yield _filled(family, ((key, getattr(gpu, attr)) for key, gpu in gpus))
         energy = CounterMetricFamily(
-            "infer_gpu_energy_joules",
-            "GPU energy since driver load",
-            labels=["node", "gpu", "name"],
+            "infer_gpu_energy_joules", "GPU energy since driver load", labels=_GPU_LABELS
         )
-        for gpu in frame.gpus:
-            if gpu.energy_j is not None:
-                energy.add_metric([node, str(gpu.index), gpu.name], gpu.energy_j)
-        yield energy
+        yield _filled(energy, ((key, gpu.energy_j) for key, gpu in gpus))
         for attr, name, doc in _ENGINE_GAUGES:
-            family = GaugeMetricFamily(name, doc, labels=["node", "engine", "kind"])
-            for eng in frame.engines:
-                value = getattr(eng, attr)
-                if value is not None:
-                    family.add_metric([node, eng.id, eng.kind], float(value))
-            yield family
+            family = GaugeMetricFamily(name, doc, labels=_ENGINE_LABELS)
+            yield _filled(family, ((key, getattr(eng, attr)) for key, eng in engines))
         up = GaugeMetricFamily(
-            "infer_engine_healthy",
-            "1 when the engine answers healthy",
-            labels=["node", "engine", "kind"],
+            "infer_engine_healthy", "1 when the engine answers healthy", labels=_ENGINE_LABELS
         )
-        for eng in frame.engines:
-            up.add_metric([node, eng.id, eng.kind], 1.0 if eng.health == "healthy" else 0.0)
-        yield up
+        yield _filled(up, ((key, 1.0 if eng.health == "healthy" else 0.0) for key, eng in engines))
+
+
+def _filled(family: M, samples: Iterable[tuple[list[str], float | None]]) -> M:
+    for labels, value in samples:
+        if value is not None:  # n/a stays absent, never 0
+            family.add_metric(labels, float(value))
+    return family
 
 
 def make_registry(latest: Callable[[], TelemetryFrame | None]) -> CollectorRegistry:
