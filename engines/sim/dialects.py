@@ -12,13 +12,15 @@ from collections.abc import Mapping
 
 from engines.sim.metrics import Histogram, SimMetrics
 from engines.sim.profile import SimProfile
-from engines.sim.scheduler import Scheduler
+from engines.sim.scheduler import Scheduler, SchedulerCounters
 
 SIMULATED_SERIES = (
     "# HELP infer_top_simulated 1 when this endpoint is the infer-top engine simulator.\n"
     "# TYPE infer_top_simulated gauge\n"
     "infer_top_simulated 1\n"
 )
+_PROMPT_HELP = "Number of prefill tokens processed."
+_GENERATION_HELP = "Number of generation tokens processed."
 
 
 def _escape(value: str) -> str:
@@ -66,6 +68,12 @@ class _Text:
         else:
             self.lines.append(f"{name}{self._labels()} {_num(values)}")
 
+    def token_counters(self, prefix: str, c: SchedulerCounters) -> None:
+        """Prompt and generation token totals, under vLLM's names and HELP, which
+        SGLang, TensorRT-LLM and LMDeploy keep (with their own prefix)."""
+        self.counter(f"{prefix}prompt_tokens_total", _PROMPT_HELP, c.prompt_tokens)
+        self.counter(f"{prefix}generation_tokens_total", _GENERATION_HELP, c.generation_tokens)
+
     def histogram(self, name: str, help_text: str, h: Histogram) -> None:
         self._head(name, "histogram", help_text)
         for bound, cum in h.cumulative():
@@ -110,12 +118,7 @@ def _vllm(p: SimProfile, s: Scheduler, m: SimMetrics) -> str:
         "Cumulative number of preemption from the engine.",
         c.preemptions,
     )
-    t.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens)
-    t.counter(
-        "vllm:generation_tokens_total",
-        "Number of generation tokens processed.",
-        c.generation_tokens,
-    )
+    t.token_counters("vllm:", c)
     t.counter(
         "vllm:request_success_total",
         "Count of successfully processed requests.",
@@ -152,12 +155,7 @@ def _sglang(p: SimProfile, s: Scheduler, m: SimMetrics) -> str:
     t = _Text({"model_name": p.model})
     c = s.counters
     busy = c.busy_s
-    t.counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens)
-    t.counter(
-        "sglang:generation_tokens_total",
-        "Number of generation tokens processed.",
-        c.generation_tokens,
-    )
+    t.token_counters("sglang:", c)
     t.gauge("sglang:token_usage", "The token usage", s.kv_usage)
     t.gauge("sglang:cache_hit_rate", "The cache hit rate", _hit_rate(s))
     t.gauge("sglang:num_running_reqs", "The number of running requests", s.num_running)
@@ -308,12 +306,7 @@ def _trtllm(p: SimProfile, s: Scheduler, m: SimMetrics) -> str:
         "Histogram of time spent in WAITING phase for request.",
         m.queue,
     )
-    t.counter("trtllm_prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens)
-    t.counter(
-        "trtllm_generation_tokens_total",
-        "Number of generation tokens processed.",
-        c.generation_tokens,
-    )
+    t.token_counters("trtllm_", c)
     t.gauge("trtllm_kv_cache_utilization", "KV cache utilization (0-1).", s.kv_usage)
     t.gauge("trtllm_kv_cache_hit_rate", "KV cache reuse hit rate (0-1).", _hit_rate(s))
     t.gauge("trtllm_kv_cache_max_blocks", "Maximum number of KV cache blocks.", p.kv_blocks)
@@ -362,14 +355,7 @@ def _lmdeploy(p: SimProfile, s: Scheduler, m: SimMetrics) -> str:
         "Prefix-cache hit rate. 1 means 100 percent of queried prefix tokens hit.",
         _hit_rate(s),
     )
-    t.counter(
-        "lmdeploy:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens
-    )
-    t.counter(
-        "lmdeploy:generation_tokens_total",
-        "Number of generation tokens processed.",
-        c.generation_tokens,
-    )
+    t.token_counters("lmdeploy:", c)
     t.histogram(
         "lmdeploy:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",
