@@ -16,6 +16,7 @@ from tui.config import Config
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.model import FleetModel
 from tui.palette import ScreenCommands
+from tui.screens.base import TABS
 from tui.screens.compare import CompareScreen
 from tui.screens.engine import EngineScreen
 from tui.screens.fleet import FleetScreen
@@ -24,15 +25,6 @@ from tui.screens.history import HistoryScreen
 from tui.screens.load import LoadScreen
 from tui.screens.node import NodeScreen
 from tui.services import NodeHandle, Services, describe_error
-
-SCREENS_BY_KEY: tuple[tuple[str, str, str], ...] = (
-    ("1", "fleet", "Fleet"),
-    ("2", "node", "Node"),
-    ("3", "engines", "Engines"),
-    ("4", "load", "Load test"),
-    ("5", "compare", "Compare"),
-    ("6", "history", "History"),
-)
 
 
 class InferTopApp(App[int]):
@@ -50,7 +42,7 @@ class InferTopApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         *(
             Binding(key, f"switch_mode('{mode}')", title, key_display=key)
-            for key, mode, title in SCREENS_BY_KEY
+            for key, mode, title in TABS
         ),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),

@@ -12,6 +12,7 @@ from textual.widgets import Footer, Static
 if TYPE_CHECKING:
     from tui.app import InferTopApp
 
+# (key, mode, title): both the tabs line and the app's 1-6 bindings read it
 TABS: tuple[tuple[str, str, str], ...] = (
     ("1", "fleet", "Fleet"),
     ("2", "node", "Node"),
