@@ -169,8 +169,6 @@ class FleetScreen(FilteredScreen):
     AUTO_FOCUS = "#nodes"
     FILTER_TARGET = "#nodes"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("enter", "open_node", "Open node", show=False),
     ]
 

@@ -101,8 +101,6 @@ class HistoryScreen(FilteredScreen, RunsScreen):
     AUTO_FOCUS = "#runs"
     FILTER_TARGET = "#runs"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("d", "delete", "Delete"),
         Binding("e", "export", "Export"),
         Binding("o", "open", "Open"),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import ClassVar
 
 from textual import work
+from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from tui.messages import RunsChanged, RunsLoaded, StartupProgress
@@ -54,6 +56,10 @@ class FilteredScreen(BaseScreen):
     """
 
     FILTER_TARGET = ""
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
