@@ -9,7 +9,7 @@ cd "$ROOT"
 scripts/setup.sh test
 export PATH="$ROOT/.venv/bin:$PATH"
 scripts/rig.sh
-echo "[test] ruff" >&2;          ruff check .
+echo "[test] ruff" >&2;          ruff check . && ruff format --check .
 echo "[test] mypy" >&2;          mypy engines store agents tui
 echo "[test] import contracts" >&2; lint-imports
 echo "[test] pytest" >&2
