@@ -80,6 +80,17 @@ class RealEngine:
     model: str = "/models/tiny.gguf"
 
 
+def demo_banner(real: RealEngine | None) -> str:
+    """Line 2 of every screen: what is simulated, and in words how to start the real engine."""
+    offer = (
+        f" · real llama.cpp available (image {real.image}): "
+        f"press 3, model {real.model}, s to start it"
+        if real
+        else ""
+    )
+    return BANNER.format(real=offer)
+
+
 def real_engine() -> RealEngine | None:
     """The rig's llama-server image, when Docker answers and the image is there."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -140,9 +151,7 @@ async def demo_services(
             client = AgentClient(url, token)
             services.exit_stack.push_async_callback(client.close)
             services.nodes = (NodeHandle(DEMO_NODE, url, client),)
-            services.banner = BANNER.format(
-                real=f" · real llama.cpp: 3, llamacpp, {real.model}, compose" if real else ""
-            )
+            services.banner = demo_banner(real)
             services.on_start = lambda report: _start_up(services, client, options, report)
             yield config, services
 

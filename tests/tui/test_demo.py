@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tui.demo import DEMO_NODE, LIVE_SIMS, DemoOptions, demo_services
+from tui.demo import DEMO_NODE, LIVE_SIMS, DemoOptions, RealEngine, demo_banner, demo_services
 
 
 async def start_up(services: Any) -> list[tuple[str, float | None, bool]]:
@@ -53,3 +53,11 @@ async def test_demo_starts_sims_and_computes_the_seed_runs_once(tmp_path: Path) 
         services_runs_before = len(services.store.list_runs())
         await start_up(services)
         assert len(services.store.list_runs()) == services_runs_before == 5
+
+
+def test_the_banner_says_in_words_how_to_start_the_real_engine() -> None:
+    image = "infer-top/llama-server:0.3.36-r1"
+    banner = demo_banner(RealEngine(image))
+    assert f"real llama.cpp available (image {image})" in banner
+    assert "press 3, model /models/tiny.gguf, s to start it" in banner
+    assert "(" not in demo_banner(None) and "SIMULATED" in demo_banner(None)
