@@ -186,3 +186,17 @@ def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
         await settle(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+async def test_load_screen_preselects_the_first_healthy_engine_and_shows_its_gpus() -> None:
+    app = frozen_app()
+    async with app.run_test(size=SIZE) as pilot:
+        feed(app, nodes=2)
+        await settle(pilot, app)
+        await pilot.press("4")
+        await settle(pilot, app)
+        screen: Any = app.screen
+        assert screen.query_one("#target").value == screen.target_keys[0]
+        node = screen.target_keys[0].split("/", 1)[0]
+        assert str(screen.query_one("#load-gpu-title").render()) == f"GPUs of {node}"
+        assert screen.query_one("#load-gpus", DataTable).row_count == 4

@@ -22,16 +22,18 @@ from tui.screens.fleet import gpu_rows
 from tui.services import describe_error
 from tui.widgets import Row, add_fixed_columns, sync_table
 
+# Fits the 74 columns left of the GPU panel at 120 wide (each cell pads 1 each side);
+# the unit (ms) is in the caption above the table.
 LOAD_LEVEL_COLUMNS = (
-    ("Conc.", 5),
-    ("OK", 5),
-    ("Failed", 6),
+    ("Conc", 4),
+    ("OK", 4),
+    ("Fail", 4),
     ("tok/s", 6),
-    ("TTFT p50 ms", 11),
-    ("TTFT p99 ms", 11),
-    ("ITL p50 ms", 10),
-    ("ITL p99 ms", 10),
-    ("state", 14),
+    ("TTFT p50", 8),
+    ("TTFT p99", 8),
+    ("ITL p50", 7),
+    ("ITL p99", 7),
+    ("in flight", 9),
 )
 LOAD_GPU_COLUMNS = (
     ("#", 2),
@@ -83,9 +85,10 @@ class LoadScreen(BaseScreen):
                         allow_blank=False,
                         compact=True,
                     )
-                    yield Button("Run r", id="run", variant="primary", compact=True)
+                    yield Button("Run (r)", id="run", variant="primary", compact=True)
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
+                yield Static("Levels (latencies in ms)", classes="section")
                 table: DataTable[Any] = DataTable(id="load-levels", cursor_type="row")
                 add_fixed_columns(table, LOAD_LEVEL_COLUMNS)
                 yield table
@@ -127,6 +130,8 @@ class LoadScreen(BaseScreen):
             )
             if current in keys:
                 select.value = current
+            elif keys:  # useful at once: the first healthy engine, its node's GPUs beside
+                select.value = keys[0]
         value = select.value
         node_name = value.split("/", 1)[0] if isinstance(value, str) else None
         node = self.top.model.nodes.get(node_name or "")
@@ -207,7 +212,7 @@ class LoadScreen(BaseScreen):
         if name == "LevelStarted":
             self._levels[str(event.level_index)] = (
                 str(event.level_index),
-                (fmt(event.concurrency), "0", "0", "-", "-", "-", "-", "-", "running"),
+                (fmt(event.concurrency), "0", "0", "-", "-", "-", "-", "-", "starting"),
             )
         elif name == "LevelProgress":
             self._levels[str(event.level_index)] = (
@@ -221,7 +226,7 @@ class LoadScreen(BaseScreen):
                     _ms(event.ttft_p99_s),
                     "-",
                     "-",
-                    f"in flight {event.in_flight}",
+                    str(event.in_flight),
                 ),
             )
             self._tps.append((event.elapsed_s + 1000 * event.level_index, event.output_tok_s))
