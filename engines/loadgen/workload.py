@@ -60,6 +60,16 @@ def _span(length: int, ratio: float) -> tuple[int, int]:
     return max(1, int(length * (1 - ratio))), max(1, int(length * (1 + ratio)))
 
 
+def draw_lengths(workload: Workload, number: int) -> tuple[int, int]:
+    """(prompt, output) tokens of request ``number``, each uniform in [L(1−r), L(1+r)]
+    and seeded by (seed, number): what ``PromptSource.item`` sends, without the text
+    (simulations use it).  The prompt length leaves out any shared prefix."""
+    rng = random.Random(f"{workload.seed}-{number}")
+    in_lo, in_hi = _span(workload.input_len, workload.range_ratio)
+    out_lo, out_hi = _span(workload.output_len, workload.range_ratio)
+    return rng.randint(in_lo, in_hi), rng.randint(out_lo, out_hi)
+
+
 def load_sharegpt(path: str | Path) -> list[str]:
     """The first human turn of each answered conversation in a ShareGPT JSON file.
 
@@ -99,19 +109,15 @@ class PromptSource:
 
     def item(self, number: int) -> PromptItem:
         w = self._w
-        rng = random.Random(f"{w.seed}-{number}")
-        out_lo, out_hi = _span(w.output_len, w.range_ratio)
+        n_in, n_out = draw_lengths(w, number)
         if self._dataset is not None:
             question = self._dataset[number % len(self._dataset)]
-            return PromptItem(
-                self._join(question), len(question.split()), rng.randint(out_lo, out_hi)
-            )
-        in_lo, in_hi = _span(w.input_len, w.range_ratio)
-        n_in = rng.randint(in_lo, in_hi)
+            return PromptItem(self._join(question), len(question.split()), n_out)
+        rng = random.Random(f"{w.seed}-{number}-words")
         # A unique head keeps prompts distinct so only the intended prefix is cacheable.
         words = [f"{number}", *rng.choices(_WORDS, k=n_in - 1)]
         text = " ".join(words)
-        return PromptItem(self._join(text), n_in + w.shared_prefix_len, rng.randint(out_lo, out_hi))
+        return PromptItem(self._join(text), n_in + w.shared_prefix_len, n_out)
 
     def _join(self, text: str) -> str:
         return f"{self._prefix} {text}" if self._prefix else text

@@ -43,15 +43,28 @@ def simulate_closed_loop(
     requests: int,
     prompt_tokens: int,
     output_tokens: int,
+    lengths: Sequence[tuple[int, int]] | None = None,
 ) -> list[RequestTrace]:
-    """``concurrency`` clients, each sending its next request the moment the last ends."""
+    """``concurrency`` clients, each sending its next request the moment the last ends.
+
+    Request i asks for ``lengths[i]`` (prompt, output) tokens when given, else every
+    request asks for ``prompt_tokens`` / ``output_tokens``.  Identical requests all
+    wait alike; varied lengths, as real benchmarks send, spread the queue waits.
+    """
+    if lengths is not None:
+        if len(lengths) < requests:
+            raise ValueError(f"lengths has {len(lengths)} entries for {requests} requests")
+        bad = [pair for pair in lengths[:requests] if min(pair) < 1]
+        if bad:
+            raise ValueError(f"every prompt and output length must be >= 1, got {bad[0]}")
     sched = Scheduler(profile)
     traces: list[RequestTrace] = []
     sent = 0
 
     def send(at_s: float) -> None:
         nonlocal sent
-        refused = sched.add(Arrival(f"r{sent}", at_s, prompt_tokens, output_tokens))
+        n_in, n_out = lengths[sent] if lengths is not None else (prompt_tokens, output_tokens)
+        refused = sched.add(Arrival(f"r{sent}", at_s, n_in, n_out))
         sent += 1
         if refused is not None:
             traces.append(refused)
