@@ -93,7 +93,8 @@ def test_demo_every_screen_by_key(tmux: Tmux, tmp_path: Path) -> None:
     tmux.keys("3")
     tmux.wait_for("Launch", "Runtime", "Start s")
     tmux.keys("4")
-    tmux.wait_for("Target", "Profile", "Run r")
+    # A healthy target is picked at once, so its node's replayed GPUs show beside.
+    tmux.wait_for("Target", "Profile", "Run (r)", "GPUs of h200-demo", "in flight")
     tmux.keys("6")
     tmux.wait_for("Stored runs", "trtllm SIM", "completed")
 
