@@ -38,6 +38,10 @@ class LevelProgress:
     ttft_p99_s: float | None
     errors_by_kind: dict[str, int]
     elapsed_s: float
+    itl_p50_s: float | None = None
+    """Inter-token latency so far over the level's finished requests (a bounded sample
+    of their gaps: ``stats.GapSample``); None until a request streamed two chunks."""
+    itl_p99_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

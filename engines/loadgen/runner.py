@@ -31,7 +31,7 @@ from engines.loadgen.profiles import ClosedLoop, Level, LoadSpec, OpenLoop
 from engines.loadgen.quirks import LoadQuirks, quirks_for
 from engines.loadgen.records import LevelSummary, RequestRecord
 from engines.loadgen.sinks import RecordSink
-from engines.loadgen.stats import quantile, summarise_level
+from engines.loadgen.stats import GapSample, quantile, summarise_level
 from engines.loadgen.workload import PromptSource, Workload
 
 PROGRESS_INTERVAL_S = 0.5
@@ -146,6 +146,7 @@ class _LevelRun:
         self.cut = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.ttfts: list[float] = []
+        self.itls = GapSample()
         self.token_marks: deque[tuple[float, int]] = deque()
 
     # -- when to stop -------------------------------------------------------
@@ -331,6 +332,7 @@ class _LevelRun:
             return
         if record.ttft_s is not None:
             self.ttfts.append(record.ttft_s)
+        self.itls.add(record.itl_s)
         self.token_marks.append((time.perf_counter(), record.output_tokens))
 
     # -- live progress ------------------------------------------------------
@@ -346,6 +348,7 @@ class _LevelRun:
             marks.popleft()
         span = min(LIVE_RATE_WINDOW_S, now - self.start)
         ordered = sorted(self.ttfts)
+        gaps = sorted(self.itls.values)
         self.emit(
             LevelProgress(
                 level_index=self.index,
@@ -358,6 +361,8 @@ class _LevelRun:
                 ttft_p99_s=quantile(ordered, 0.99) if ordered else None,
                 errors_by_kind=dict(self.errors),
                 elapsed_s=now - self.start,
+                itl_p50_s=quantile(gaps, 0.5) if gaps else None,
+                itl_p99_s=quantile(gaps, 0.99) if gaps else None,
             )
         )
 

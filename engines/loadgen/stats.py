@@ -29,6 +29,30 @@ def percentiles(values: Iterable[float]) -> Percentiles:
     return Percentiles(p50, p90, p95, p99, p999, sum(ordered) / len(ordered))
 
 
+class GapSample:
+    """Every ``stride``-th inter-token gap of a level, never more than ``2 * limit`` kept:
+    the live ITL percentiles stay cheap to sort however long the level runs (the exact
+    ones come from every record when the level ends).  The stride doubles as the sample
+    fills, so the sample stays spread over the whole level, not its first seconds; the
+    cost is one slice per finished request, nothing per token in Python."""
+
+    __slots__ = ("limit", "seen", "stride", "values")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self.stride = 1
+        self.seen = 0
+        self.values: list[float] = []
+
+    def add(self, gaps: Sequence[float]) -> None:
+        # Keep the gaps whose index over the whole level is a multiple of the stride.
+        self.values.extend(gaps[-self.seen % self.stride :: self.stride])
+        self.seen += len(gaps)
+        if len(self.values) >= 2 * self.limit:
+            self.values = self.values[::2]
+            self.stride *= 2
+
+
 def _rate(count: int, span_s: float) -> float:
     return count / span_s if span_s > 0 else 0.0
 

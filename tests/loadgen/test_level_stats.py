@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from engines.loadgen.profiles import ClosedLoop, OpenLoop, Slo
 from engines.loadgen.records import ErrorKind, RequestRecord
-from engines.loadgen.stats import percentiles, quantile, summarise_level
+from engines.loadgen.stats import GapSample, percentiles, quantile, summarise_level
 
 T0 = 1_800_000_000.0
 
@@ -105,3 +105,18 @@ def test_a_level_with_only_failures_summarises_without_error() -> None:
     s = summarise_level(0, ClosedLoop(1), records, Slo(ttft_s=1.0))
     assert (s.completed, s.failed) == (0, 3)
     assert s.output_tok_s == 0.0 and s.ttft_s.p50 is None and s.goodput_req_s == 0.0
+
+
+def test_the_live_itl_sample_is_exact_while_small_then_bounded_and_spread() -> None:
+    small = GapSample(limit=100)
+    for start in range(0, 150, 30):
+        small.add([float(v) for v in range(start, start + 30)])
+    assert small.values == [float(v) for v in range(150)]  # under 2 × limit: every gap
+
+    big = GapSample(limit=100)
+    for start in range(0, 10_000, 7):  # requests of 7 gaps each
+        big.add([float(v) for v in range(start, min(start + 7, 10_000))])
+    assert len(big.values) < 200
+    # Every stride-th gap of the whole level: spread evenly from its first to its last.
+    assert big.values == [float(v) for v in range(0, 10_000, big.stride)]
+    assert percentiles(big.values).p50 == pytest.approx(5_000, rel=0.02)

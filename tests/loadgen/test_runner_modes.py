@@ -248,3 +248,27 @@ async def test_a_capped_open_loop_shows_its_queueing_in_latency_from_schedule(
     assert s.ttft_from_schedule_s.p99 is not None and s.ttft_s.p99 is not None
     assert s.ttft_from_schedule_s.p99 > s.ttft_s.p99 + 0.2
     assert s.achieved_rate < 50.0 / 2  # what was really sent, not what was offered
+
+
+async def test_live_progress_carries_itl_percentiles_before_the_level_ends(
+    sched_server: Callable[..., Any],
+) -> None:
+    # One stream at a time, 4 chunks 20 ms apart: a level of ~1.5 s, several progress ticks.
+    server = sched_server("--ttft-ms", "5", "--ttft-spread-ms", "0", "--itl-ms", "20")
+    events: list[ProgressEvent] = []
+    spec = LoadSpec((ClosedLoop(1),), requests_per_level=16)
+    await run_load(
+        spec,
+        Workload(input_len=8, output_len=4),
+        Target(server.url, "m"),
+        MemorySink(),
+        events.append,
+    )
+    finished = next(i for i, e in enumerate(events) if isinstance(e, LevelFinished))
+    live = [e for e in events[:finished] if isinstance(e, LevelProgress)]
+    assert all(e.itl_p50_s is None for e in live if e.completed == 0)
+    mid = [e for e in live if 0 < e.completed < 16]
+    assert mid, "no progress event while the level ran"
+    for event in mid:
+        assert event.itl_p50_s is not None and event.itl_p99_s is not None
+        assert 0.01 < event.itl_p50_s <= event.itl_p99_s  # the server's 20 ms gaps

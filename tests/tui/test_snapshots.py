@@ -200,3 +200,56 @@ async def test_load_screen_preselects_the_first_healthy_engine_and_shows_its_gpu
         node = screen.target_keys[0].split("/", 1)[0]
         assert str(screen.query_one("#load-gpu-title").render()) == f"GPUs of {node}"
         assert screen.query_one("#load-gpus", DataTable).row_count == 4
+
+
+def running_level_events(summary: Any) -> list[Any]:
+    """A level that has started and is part-way: two progress ticks, no LevelFinished."""
+    from engines.loadgen.events import LevelProgress, LevelStarted, RunStarted
+
+    s = summary
+    events: list[Any] = [RunStarted("fixed-run", 1, ())]
+    events.append(LevelStarted(s.level_index, s.concurrency, None, s.completed, None))
+    for step in (1, 2):
+        events.append(
+            LevelProgress(
+                s.level_index,
+                s.completed * step // 3,
+                s.failed,
+                0,
+                s.concurrency or 0,
+                s.output_tok_s * step / 3,
+                s.ttft_s.p50,
+                s.ttft_s.p99,
+                {},
+                3.0 * step,
+                itl_p50_s=s.itl_s.p50,
+                itl_p99_s=s.itl_s.p99,
+            )
+        )
+    return events
+
+
+def test_load_running(snap_compare: Any, seed_store: Any) -> None:
+    """A level part-way: its live row already shows ITL percentiles so far."""
+    from tui.messages import LoadProgress
+
+    app = frozen_app(frozen_services(store=seed_store))
+    level = seed_store.levels("seed02-h100-llama2-7b-vllm")[3].summary
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=1)
+        await settle(pilot, app)
+        await pilot.press("4")
+        await settle(pilot, app)
+        screen: Any = app.screen
+        screen._planned = 4
+        for event in running_level_events(level):
+            screen.on_load_progress(LoadProgress(event))
+        await settle(pilot, app)
+        conc, ok, _fail, _tps, _t50, _t99, itl50, itl99, in_flight = (
+            str(cell) for cell in screen.query_one("#load-levels", DataTable).get_row_at(0)
+        )
+        assert (conc, ok, in_flight) == ("8", str(level.completed * 2 // 3), "8")
+        assert itl50 == f"{level.itl_s.p50 * 1000:.1f}" and itl99 == f"{level.itl_s.p99 * 1000:.1f}"
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)

@@ -45,8 +45,8 @@ LOAD_GPU_COLUMNS = (
 )
 
 
-def _ms(v: float | None) -> str:
-    return fmt(None if v is None else v * 1000, "", 0)
+def _ms(v: float | None, digits: int = 0) -> str:
+    return fmt(None if v is None else v * 1000, "", digits)
 
 
 def level_row(summary: Any) -> Row:
@@ -59,8 +59,8 @@ def level_row(summary: Any) -> Row:
             fmt(summary.output_tok_s),
             _ms(summary.ttft_s.p50),
             _ms(summary.ttft_s.p99),
-            fmt(None if summary.itl_s.p50 is None else summary.itl_s.p50 * 1000, "", 1),
-            fmt(None if summary.itl_s.p99 is None else summary.itl_s.p99 * 1000, "", 1),
+            _ms(summary.itl_s.p50, 1),
+            _ms(summary.itl_s.p99, 1),
             "done",
         ),
     )
@@ -224,8 +224,8 @@ class LoadScreen(BaseScreen):
                     fmt(event.output_tok_s),
                     _ms(event.ttft_p50_s),
                     _ms(event.ttft_p99_s),
-                    "-",
-                    "-",
+                    _ms(event.itl_p50_s, 1),
+                    _ms(event.itl_p99_s, 1),
                     str(event.in_flight),
                 ),
             )
