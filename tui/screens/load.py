@@ -124,7 +124,8 @@ class LoadScreen(BaseScreen):
             self.target_keys = keys
             select.set_options(
                 [
-                    (f"{k} ({e.kind}{' SIM' if e.simulated else ''})", k)
+                    # kind first: a narrow select cuts the end, not what the engine is
+                    (f"{e.kind}{' SIM' if e.simulated else ''} · {k}", k)
                     for k, (_, e) in sorted(targets.items())
                 ]
             )
