@@ -253,3 +253,19 @@ def test_load_running(snap_compare: Any, seed_store: Any) -> None:
         assert itl50 == f"{level.itl_s.p50 * 1000:.1f}" and itl99 == f"{level.itl_s.p99 * 1000:.1f}"
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_an_estimated_full_kv_cache_fits_its_engine_column() -> None:
+    """A full, estimated KV cache (``100%~``) shows whole in the 13-wide column, not ``0…``."""
+    import dataclasses
+
+    from tui.model import NodeState
+    from tui.screens.fleet import engine_cells
+    from tui.widgets import ENGINE_COLUMNS
+
+    engine = dataclasses.replace(
+        engines_at_load()[0], kv_cache_usage=1.0, kv_cache_usage_is_estimate=True
+    )
+    kv = engine_cells((NodeState("n"), engine))[5]
+    width = dict(ENGINE_COLUMNS)["KV cache"]
+    assert kv.endswith(" 100%~") and len(kv) <= width

@@ -144,7 +144,8 @@ def engine_items(nodes: list[NodeState]) -> list[tuple[str, EngineItem]]:
 
 def engine_cells(item: EngineItem) -> tuple[Any, ...]:
     n, e = item
-    kv = gauge(e.kv_cache_usage, 8) + ("~" if e.kv_cache_usage_is_estimate else "")
+    # 7-cell bar: with " 100%" and the estimate mark "~" it fills the 13-wide column exactly.
+    kv = gauge(e.kv_cache_usage, 7) + ("~" if e.kv_cache_usage_is_estimate else "")
     return (
         n.name,
         e.id,
