@@ -29,6 +29,14 @@ async def settle(pilot: Pilot[Any], app: InferTopApp) -> None:
     await pilot.pause()
 
 
+async def open_screen(pilot: Pilot[Any], app: InferTopApp, key: str, **feed_kwargs: int) -> None:
+    """Feed fixed frames, then open the screen on ``key`` as the operator would."""
+    feed(app, **feed_kwargs)
+    await settle(pilot, app)
+    await pilot.press(key)
+    await settle(pilot, app)
+
+
 async def wait_rows(pilot: Pilot[Any], table: DataTable[Any], rows: int) -> None:
     for _ in range(200):  # the store is read in a worker thread
         if table.row_count >= rows:
@@ -74,10 +82,7 @@ def test_node_charts(snap_compare: Any) -> None:
     app = frozen_app()
 
     async def before(pilot: Pilot[Any]) -> None:
-        feed(app, nodes=1, seconds=300)
-        await settle(pilot, app)
-        await pilot.press("2")
-        await settle(pilot, app)
+        await open_screen(pilot, app, "2", nodes=1, seconds=300)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
 
@@ -86,10 +91,7 @@ def test_engines_with_fit(snap_compare: Any) -> None:
     app = frozen_app()
 
     async def before(pilot: Pilot[Any]) -> None:
-        feed(app, nodes=1)
-        await settle(pilot, app)
-        await pilot.press("3")
-        await settle(pilot, app)
+        await open_screen(pilot, app, "3", nodes=1)
         screen = app.screen
         screen.query_one("#kind").value = "vllm"
         screen.query_one("#model").value = "Llama-3.1-70B"
@@ -105,10 +107,7 @@ def test_load_idle(snap_compare: Any) -> None:
     app = frozen_app()
 
     async def before(pilot: Pilot[Any]) -> None:
-        feed(app, nodes=1)
-        await settle(pilot, app)
-        await pilot.press("4")
-        await settle(pilot, app)
+        await open_screen(pilot, app, "4", nodes=1)
         app.screen.query_one("#target").value = "h200-0/vllm-a"
         await settle(pilot, app)
 
@@ -147,39 +146,20 @@ def test_help(snap_compare: Any) -> None:
 def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
     """A finished sweep as the Load test screen shows it, from fixed progress events
     (the simulated vLLM run's own level summaries)."""
-    from engines.loadgen.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
+    from engines.loadgen.events import LevelFinished, RunStarted
     from tui.messages import LoadFinished, LoadProgress
 
     app = frozen_app(frozen_services(store=seed_store))
     levels = [lv.summary for lv in seed_store.levels("seed02-h100-llama2-7b-vllm")][:4]
 
     async def before(pilot: Pilot[Any]) -> None:
-        feed(app, nodes=1)
-        await settle(pilot, app)
-        await pilot.press("4")
-        await settle(pilot, app)
+        await open_screen(pilot, app, "4", nodes=1)
         screen: Any = app.screen
         screen.query_one("#target").value = "h200-0/vllm-a"
         screen._planned = len(levels)
         events: list[Any] = [RunStarted("fixed-run", len(levels), ())]
         for s in levels:
-            events.append(LevelStarted(s.level_index, s.concurrency, None, s.completed, None))
-            for step in range(1, 4):
-                events.append(
-                    LevelProgress(
-                        s.level_index,
-                        s.completed * step // 3,
-                        s.failed,
-                        0,
-                        s.concurrency or 0,
-                        s.output_tok_s * step / 3,
-                        s.ttft_s.p50,
-                        s.ttft_s.p99,
-                        {},
-                        3.0 * step,
-                    )
-                )
-            events.append(LevelFinished(s))
+            events += [*level_events(s, ticks=(1, 2, 3)), LevelFinished(s)]
         for event in events:
             screen.on_load_progress(LoadProgress(event))
         screen.on_load_finished(LoadFinished("fixed-run", None))
@@ -191,10 +171,7 @@ def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
 async def test_load_screen_preselects_the_first_healthy_engine_and_shows_its_gpus() -> None:
     app = frozen_app()
     async with app.run_test(size=SIZE) as pilot:
-        feed(app, nodes=2)
-        await settle(pilot, app)
-        await pilot.press("4")
-        await settle(pilot, app)
+        await open_screen(pilot, app, "4", nodes=2)
         screen: Any = app.screen
         assert screen.query_one("#target").value == screen.target_keys[0]
         node = screen.target_keys[0].split("/", 1)[0]
@@ -202,14 +179,13 @@ async def test_load_screen_preselects_the_first_healthy_engine_and_shows_its_gpu
         assert screen.query_one("#load-gpus", DataTable).row_count == 4
 
 
-def running_level_events(summary: Any) -> list[Any]:
-    """A level that has started and is part-way: two progress ticks, no LevelFinished."""
-    from engines.loadgen.events import LevelProgress, LevelStarted, RunStarted
+def level_events(s: Any, ticks: tuple[int, ...], *, live_itl: bool = False) -> list[Any]:
+    """A level from the fixed summary ``s``: started, then a progress event at each
+    tick (in thirds of the level); ``live_itl`` adds the ITL percentiles so far."""
+    from engines.loadgen.events import LevelProgress, LevelStarted
 
-    s = summary
-    events: list[Any] = [RunStarted("fixed-run", 1, ())]
-    events.append(LevelStarted(s.level_index, s.concurrency, None, s.completed, None))
-    for step in (1, 2):
+    events: list[Any] = [LevelStarted(s.level_index, s.concurrency, None, s.completed, None)]
+    for step in ticks:
         events.append(
             LevelProgress(
                 s.level_index,
@@ -222,11 +198,18 @@ def running_level_events(summary: Any) -> list[Any]:
                 s.ttft_s.p99,
                 {},
                 3.0 * step,
-                itl_p50_s=s.itl_s.p50,
-                itl_p99_s=s.itl_s.p99,
+                itl_p50_s=s.itl_s.p50 if live_itl else None,
+                itl_p99_s=s.itl_s.p99 if live_itl else None,
             )
         )
     return events
+
+
+def running_level_events(summary: Any) -> list[Any]:
+    """A level that has started and is part-way: two progress ticks, no LevelFinished."""
+    from engines.loadgen.events import RunStarted
+
+    return [RunStarted("fixed-run", 1, ()), *level_events(summary, ticks=(1, 2), live_itl=True)]
 
 
 def test_load_running(snap_compare: Any, seed_store: Any) -> None:
@@ -237,10 +220,7 @@ def test_load_running(snap_compare: Any, seed_store: Any) -> None:
     level = seed_store.levels("seed02-h100-llama2-7b-vllm")[3].summary
 
     async def before(pilot: Pilot[Any]) -> None:
-        feed(app, nodes=1)
-        await settle(pilot, app)
-        await pilot.press("4")
-        await settle(pilot, app)
+        await open_screen(pilot, app, "4", nodes=1)
         screen: Any = app.screen
         screen._planned = 4
         for event in running_level_events(level):
