@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from textual.pilot import Pilot
+from textual.widget import Widget
 from textual.widgets import Static
 
 
@@ -24,6 +25,11 @@ async def wait_until(
 def text_of(pilot: Pilot[Any], selector: str) -> str:
     widget = pilot.app.screen.query_one(selector, Static)
     return str(widget.render())
+
+
+def painted(widget: Widget) -> str:
+    """What ``widget`` shows on the terminal now, line by line (its rendered strips)."""
+    return "\n".join(widget.render_line(y).text for y in range(widget.size.height))
 
 
 async def type_into(pilot: Pilot[Any], selector: str, text: str) -> None:

@@ -11,8 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, SelectionList, Static
 from textual.widgets.selection_list import Selection
-from textual_plotext import PlotextPlot
 
+from tui.charts import Chart, ChartData, series_of
 from tui.compare_view import comparison_curves, comparison_table, run_label
 from tui.exporting import export_comparison
 from tui.messages import ComparisonLoaded, RunsLoaded
@@ -48,8 +48,8 @@ class CompareScreen(RunsScreen):
             with Vertical(id="compare-pick"):
                 yield Static("Runs (space picks)", classes="section")
                 yield SelectionList[str](id="pick", compact=True)
-            yield PlotextPlot(id="curve-tps")
-            yield PlotextPlot(id="curve-ttft")
+            yield Chart(id="curve-tps")
+            yield Chart(id="curve-ttft")
         self._runs: list[Any] = []
         self._picked_once = False
 
@@ -123,25 +123,16 @@ class CompareScreen(RunsScreen):
             ("#curve-tps", "throughput vs concurrency", "output_tok_s", "output tok/s"),
             ("#curve-ttft", "TTFT p50 vs concurrency", "ttft_p50_ms", "ms"),
         ):
-            plot = self.query_one(plot_id, PlotextPlot)
-            plt = plot.plt
-            plt.clear_data()
-            plt.clear_figure()
-            plt.title(title)
-            plt.xlabel("concurrency")
-            plt.ylabel(ylabel)
-            for curve in curves:
-                points = [
-                    (c, v)
-                    for c, v in zip(curve.concurrency, getattr(curve, field), strict=True)
-                    if v is not None
-                ]
-                if points:
-                    xs, ys = zip(*points, strict=True)
-                    plt.plot(list(xs), list(ys), label=curve.label, marker="braille")
-            if curves:
-                plt.xscale("log")
-            plot.refresh()
+            series = (series_of(c.label, c.concurrency, getattr(c, field)) for c in curves)
+            self.query_one(plot_id, Chart).show(
+                ChartData(
+                    title,
+                    tuple(s for s in series if s is not None),
+                    xlabel="concurrency",
+                    ylabel=ylabel,
+                    xlog=True,
+                )
+            )
 
     def action_export(self, fmt: str) -> None:
         self._export(list(self.query_one("#pick", SelectionList).selected), fmt)

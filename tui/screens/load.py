@@ -11,8 +11,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
-from textual_plotext import PlotextPlot
 
+from tui.charts import Chart, ChartData, Series
 from tui.loads import PROFILES, LoadRequest, profile, resolve_target
 from tui.messages import LoadFinished, LoadProgress, RunsChanged
 from tui.model import fmt
@@ -92,7 +92,7 @@ class LoadScreen(BaseScreen):
                 table: DataTable[Any] = DataTable(id="load-levels", cursor_type="row")
                 add_fixed_columns(table, LOAD_LEVEL_COLUMNS)
                 yield table
-                yield PlotextPlot(id="load-tps")
+                yield Chart(id="load-tps")
             with Vertical(id="load-right"):
                 yield Static("Target node GPUs", classes="section", id="load-gpu-title")
                 gpus: DataTable[Any] = DataTable(id="load-gpus", cursor_type="row")
@@ -254,14 +254,12 @@ class LoadScreen(BaseScreen):
         self._draw_tps()
 
     def _draw_tps(self) -> None:
-        plot = self.query_one("#load-tps", PlotextPlot)
-        plt = plot.plt
-        plt.clear_data()
-        plt.clear_figure()
-        plt.title("output tok/s during the run")
-        if self._tps:
-            plt.plot(list(range(len(self._tps))), [v for _, v in self._tps], marker="braille")
-        plot.refresh()
+        series = (
+            (Series(None, tuple(range(len(self._tps))), tuple(v for _, v in self._tps)),)
+            if self._tps
+            else ()
+        )
+        self.query_one("#load-tps", Chart).show(ChartData("output tok/s during the run", series))
 
     def on_load_finished(self, message: LoadFinished) -> None:
         self._load_running = False

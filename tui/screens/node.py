@@ -9,8 +9,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import DataTable, Log, Static
-from textual_plotext import PlotextPlot
 
+from tui.charts import Chart, ChartData, series_of
 from tui.messages import LogLine
 from tui.model import GpuHistory, NodeState, NodeStatus
 from tui.screens.base import BaseScreen
@@ -27,29 +27,22 @@ CHARTS: tuple[tuple[str, str, str, float | None], ...] = (
 )
 
 
-def draw_chart(
-    plot: PlotextPlot, title: str, field: str, ymax: float | None, histories: dict[int, GpuHistory]
-) -> None:
-    plt = plot.plt
-    plt.clear_data()
-    plt.clear_figure()
-    plt.title(title)
+def chart_data(
+    title: str, field: str, ymax: float | None, histories: dict[int, GpuHistory]
+) -> ChartData:
+    """One GPU field over time, one series per GPU, x in seconds before the newest frame."""
     newest = max((h.ts[-1] for h in histories.values() if h.ts), default=None)
-    for index, hist in sorted(histories.items()):
-        if newest is None:
-            break
-        pairs = [
-            (t - newest, v)
-            for t, v in zip(hist.ts, getattr(hist, field), strict=True)
-            if v is not None
-        ]
-        if pairs:
-            xs, ys = zip(*pairs, strict=True)
-            plt.plot(list(xs), list(ys), label=f"gpu{index}", marker="braille")
-    if ymax is not None:
-        plt.ylim(0, ymax)
-    plt.xlabel("seconds before the newest frame")
-    plot.refresh()
+    series = (
+        series_of(f"gpu{index}", (t - newest for t in hist.ts), getattr(hist, field))
+        for index, hist in sorted(histories.items())
+        if newest is not None
+    )
+    return ChartData(
+        title,
+        tuple(s for s in series if s is not None),
+        xlabel="seconds before the newest frame",
+        ylim=None if ymax is None else (0.0, ymax),
+    )
 
 
 class NodeScreen(BaseScreen):
@@ -65,7 +58,7 @@ class NodeScreen(BaseScreen):
         yield Static("", id="node-title", classes="section")
         with Grid(id="charts"):
             for chart_id, *_ in CHARTS:
-                yield PlotextPlot(id=f"chart-{chart_id}")
+                yield Chart(id=f"chart-{chart_id}")
         with Horizontal(id="node-lower"):
             engines: DataTable[Any] = DataTable(id="node-engines", cursor_type="row")
             add_fixed_columns(engines, ENGINE_COLUMNS)
@@ -100,12 +93,8 @@ class NodeScreen(BaseScreen):
             label += f", {len(frame.gpus)} GPU(s))"
         title.update(f"{label}  {state}".rstrip())
         for chart_id, chart_title, field, ymax in CHARTS:
-            draw_chart(
-                self.query_one(f"#chart-{chart_id}", PlotextPlot),
-                chart_title,
-                field,
-                ymax,
-                node.gpu_history,
+            self.query_one(f"#chart-{chart_id}", Chart).show(
+                chart_data(chart_title, field, ymax, node.gpu_history)
             )
         sync_table(self.query_one("#node-engines", DataTable), engine_rows([node]))
 

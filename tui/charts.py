@@ -1,0 +1,95 @@
+"""Charts: a plotext plot drawn afresh from immutable data on every render, never fatal.
+
+plotext's build transforms the figure's data in place (a log scale replaces the
+stored xs by their logarithms, limits are fixed on the first build).  Textual
+renders a widget again whenever its size changes, so a figure filled once and
+rendered twice took the log of a log (``math domain error``) and ended the app
+when the terminal was small or resized.  Here a screen hands the chart frozen
+:class:`ChartData`; each render clears the figure and plots that data anew, and a
+render that fails anyway shows the reason in place of the chart instead of
+ending the app: the tables beside it stay usable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import RenderResult
+from textual_plotext import PlotextPlot
+
+MIN_WIDTH_CELLS = 20
+MIN_HEIGHT_CELLS = 6
+"""Below this plotext draws no readable axis: say so rather than draw noise."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    label: str | None
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChartData:
+    title: str
+    series: tuple[Series, ...] = ()
+    xlabel: str = ""
+    ylabel: str = ""
+    xlog: bool = False
+    """Log x axis; applied only when some series has points (plotext cannot scale nothing)."""
+    ylim: tuple[float, float] | None = None
+
+
+def series_of(label: str | None, xs: Iterable[float], ys: Iterable[float | None]) -> Series | None:
+    """The (x, y) pairs of ``xs`` and ``ys`` whose y is known; None when there are none."""
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+    if not pairs:
+        return None
+    px, py = zip(*pairs, strict=True)
+    return Series(label, tuple(px), tuple(py))
+
+
+class Chart(PlotextPlot):
+    """The one chart widget every screen uses: :meth:`show` data, it draws itself."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._data = ChartData("")
+
+    @property
+    def data(self) -> ChartData:
+        return self._data
+
+    def show(self, data: ChartData) -> None:
+        if data != self._data:
+            self._data = data
+            self.refresh()
+
+    def render(self) -> RenderResult:
+        data = self._data
+        width, height = self.size
+        if width < MIN_WIDTH_CELLS or height < MIN_HEIGHT_CELLS:
+            return Text(f"{data.title}: too small to plot, enlarge the terminal", style="dim")
+        try:
+            self._plot_afresh(data)
+            return super().render()
+        except Exception as exc:  # a chart must never end the app: say why in its place
+            self.log.error(f"chart {self.id} failed to render", exc)
+            return Text(f"chart unavailable: {type(exc).__name__}: {exc}", style="bold red")
+
+    def _plot_afresh(self, data: ChartData) -> None:
+        plt = self.plt
+        plt.clear_figure()
+        plt.title(data.title)
+        if data.xlabel:
+            plt.xlabel(data.xlabel)
+        if data.ylabel:
+            plt.ylabel(data.ylabel)
+        for s in data.series:
+            plt.plot(list(s.xs), list(s.ys), label=s.label, marker="braille")
+        if data.xlog and data.series:
+            plt.xscale("log")
+        if data.ylim is not None:
+            plt.ylim(*data.ylim)
