@@ -1,4 +1,5 @@
-"""One snapshot per screen in its main states, 120x40, from fixed frames only.
+"""One snapshot per screen in its main states, 120x40 (Compare also at 80x24, an
+operator's SSH terminal), from fixed frames only.
 
 Frames come from the real H200 recording at fixed positions (``tui.replay``),
 the clock is frozen and the store holds the simulated seed comparison with
@@ -114,15 +115,34 @@ def test_load_idle(snap_compare: Any) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
 
 
+async def open_compare(pilot: Pilot[Any], app: InferTopApp) -> None:
+    await pilot.press("5")
+    await wait_rows(pilot, app.screen.query_one("#compare-table", DataTable), 5)
+    await settle(pilot, app)
+
+
 def test_compare_seed_table(snap_compare: Any, seed_store: Any) -> None:
+    app = frozen_app(frozen_services(store=seed_store))
+    assert snap_compare(app, terminal_size=SIZE, run_before=lambda p: open_compare(p, app))
+
+
+def test_compare_at_80x24(snap_compare: Any, seed_store: Any) -> None:
+    """An operator's SSH terminal: the table scrolls sideways, both curves still plot."""
+    app = frozen_app(frozen_services(store=seed_store))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=lambda p: open_compare(p, app))
+
+
+def test_compare_at_80x24_after_resizes(snap_compare: Any, seed_store: Any) -> None:
+    """Shrunk to 80x24 from larger terminals: the same screen as opened at 80x24."""
     app = frozen_app(frozen_services(store=seed_store))
 
     async def before(pilot: Pilot[Any]) -> None:
-        await pilot.press("5")
-        await wait_rows(pilot, app.screen.query_one("#compare-table", DataTable), 5)
-        await settle(pilot, app)
+        await open_compare(pilot, app)
+        for size in ((160, 48), (100, 30), (80, 24)):
+            await pilot.resize_terminal(*size)
+            await settle(pilot, app)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before)
 
 
 def test_history_opened_run(snap_compare: Any, seed_store: Any) -> None:
