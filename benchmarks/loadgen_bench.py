@@ -4,7 +4,11 @@
 
 1. Accuracy: 256 concurrent streams against the known-schedule server
    (tests/loadgen/sched_server.py, its own process); TTFT p50 / p99 measured
-   vs the server's own stamps (goal: within 0.5 ms / 2 ms).
+   vs the server's own stamps (goal: within 0.5 ms / 2 ms, on a quiet machine).
+   These are the precision figures; tests/loadgen/test_accuracy.py only catches
+   mistakes (100 ms and more, or a TTFT before the server sent), with bounds
+   that scheduling noise cannot reach.  ``--accuracy-streams 32`` runs its
+   workload, so its margin over the noise can be measured on a busy machine.
 2. Capacity: one client process holds ``--streams`` concurrent streams
    (peak open streams from the records; goal >= 2,000, no failures).
 3. Client CPU per streamed token, side by side in the same run against the
@@ -48,14 +52,20 @@ def _sent_chunks(server: SchedServer) -> int:
     return sum(len(e["chunks"]) for e in server.truth()["requests"].values())
 
 
-def accuracy(runs: int) -> list[tuple[float, float, float, float, float]]:
-    """(p50 diff ms, p99 diff ms, truth p50 ms, truth p99 ms, load avg) per run at 256 streams."""
+Accuracy = tuple[float, float, float, float, float, float, float]
+
+
+def accuracy(runs: int, streams: int) -> list[Accuracy]:
+    """Per run: p50 and p99 diff ms, truth p50 and p99 ms, load avg, and the smallest
+    and median per-request error ms (measured TTFT minus the server's truth)."""
     out = []
     for k in range(runs):
         server = SchedServer("--ttft-ms", "100", "--ttft-spread-ms", "200", "--itl-ms", "100")
         try:
             sink = MemorySink()
-            spec = LoadSpec((ClosedLoop(256),), requests_per_level=512, warmup_requests=256)
+            spec = LoadSpec(
+                (ClosedLoop(streams),), requests_per_level=2 * streams, warmup_requests=streams
+            )
             run_in_new_loop(
                 run_load(
                     spec,
@@ -77,7 +87,9 @@ def accuracy(runs: int) -> list[tuple[float, float, float, float, float]]:
         got, want = percentiles(m for m, _ in pairs), percentiles(t for _, t in pairs)
         assert got.p50 and want.p50 and got.p99 and want.p99
         d50, d99 = (got.p50 - want.p50) * 1e3, (got.p99 - want.p99) * 1e3
-        out.append((d50, d99, want.p50 * 1e3, want.p99 * 1e3, os.getloadavg()[0]))
+        errors = sorted(m - t for m, t in pairs)
+        least, median = errors[0] * 1e3, statistics.median(errors) * 1e3
+        out.append((d50, d99, want.p50 * 1e3, want.p99 * 1e3, os.getloadavg()[0], least, median))
     return out
 
 
@@ -170,13 +182,13 @@ def cpu_per_token(guidellm: Path | None, work: Path) -> dict[str, object]:
     return {"rows": rows, "notes": notes}
 
 
-def report_accuracy(acc: list[tuple[float, float, float, float, float]]) -> None:
-    print(
-        "| run (256 streams) | load avg | truth p50 / p99 ms | TTFT p50 err ms | TTFT p99 err ms |"
-    )
-    print("|---|---|---|---|---|")
-    for i, (d50, d99, t50, t99, load) in enumerate(acc):
-        print(f"| {i + 1} | {load:.1f} | {t50:.1f} / {t99:.1f} | {d50:+.3f} | {d99:+.3f} |")
+def report_accuracy(acc: list[Accuracy], streams: int) -> None:
+    print(f"| run ({streams} streams) | load avg | truth p50 / p99 ms | TTFT p50 err ms | "
+          "TTFT p99 err ms | request err min / median ms |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for i, (d50, d99, t50, t99, load, least, median) in enumerate(acc):
+        print(f"| {i + 1} | {load:.1f} | {t50:.1f} / {t99:.1f} | {d50:+.3f} | {d99:+.3f} | "
+              f"{least:+.3f} / {median:+.3f} |")  # fmt: skip
     med50 = statistics.median(abs(a[0]) for a in acc)
     med99 = statistics.median(abs(a[1]) for a in acc)
     print(f"\nMedian over runs: p50 error {med50:.3f} ms (goal 0.5), p99 error {med99:.3f} ms "
@@ -212,13 +224,14 @@ def main() -> int:
     ap.add_argument("--parts", default="accuracy,capacity,cpu", help="comma list of parts")
     ap.add_argument("--streams", type=int, default=2000)
     ap.add_argument("--accuracy-runs", type=int, default=3)
+    ap.add_argument("--accuracy-streams", type=int, default=256)
     ap.add_argument("--guidellm", type=Path, default=Path("/tmp/guidellm-venv/bin/guidellm"))
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     acc = cap = cpu = None
     if "accuracy" in parts:
-        print("accuracy at 256 streams ...", file=sys.stderr)
-        acc = accuracy(args.accuracy_runs)
+        print(f"accuracy at {args.accuracy_streams} streams ...", file=sys.stderr)
+        acc = accuracy(args.accuracy_runs, args.accuracy_streams)
     if "capacity" in parts:
         print(f"capacity at {args.streams} streams ...", file=sys.stderr)
         cap = capacity(args.streams)
@@ -231,7 +244,7 @@ def main() -> int:
     print(f"\nMachine: {platform.node()} ({os.cpu_count()} cores, {platform.python_version()}, "
           f"load avg {load[0]:.1f} at the end), {now:%Y-%m-%d %H:%M} UTC\n")  # fmt: skip
     if acc is not None:
-        report_accuracy(acc)
+        report_accuracy(acc, args.accuracy_streams)
     if cap is not None:
         report_capacity(cap, args.streams)
     if cpu is not None:
