@@ -58,10 +58,6 @@ class Chart(PlotextPlot):
         super().__init__(id=id)
         self._data = ChartData("")
 
-    @property
-    def data(self) -> ChartData:
-        return self._data
-
     def show(self, data: ChartData) -> None:
         if data != self._data:
             self._data = data
