@@ -37,10 +37,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engines.loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
-from engines.loadgen.process import run_in_new_loop
-from engines.loadgen.stats import percentiles
-from engines.loadgen.workload import PromptSource
+from loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
+from loadgen.process import run_in_new_loop
+from loadgen.stats import percentiles
+from loadgen.workload import PromptSource
 from tests.loadgen.sched_server import SchedServer
 
 CPU_STREAMS = 64
@@ -145,7 +145,7 @@ def cpu_per_token(guidellm: Path | None, work: Path) -> dict[str, object]:
     ]))  # fmt: skip
 
     def ours(n: int) -> list[str]:
-        return [sys.executable, "-m", "engines.loadgen.cli", "--url", server.url, "--model", "m",
+        return [sys.executable, "-m", "loadgen.cli", "--url", server.url, "--model", "m",
                 "--engine", "vllm", "--concurrency", str(CPU_STREAMS), "--requests", str(n),
                 "--input-len", "32", "--output-len", str(CPU_OUT_TOKENS), "--quiet"]  # fmt: skip
 

@@ -28,7 +28,7 @@ PROFILE = "h100-llama2-7b-vllm"
 
 
 def _serve(port_q: Any, stop_ev: Any, time_scale: float) -> None:
-    from engines.sim import load_profile, start_sim
+    from sim import load_profile, start_sim
 
     async def main() -> None:
         profile = load_profile(PROFILE).with_overrides(max_num_seqs=1024, kv_blocks=200_000)

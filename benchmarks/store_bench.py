@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engines.loadgen.records import LevelSummary, Percentiles, RequestRecord
+from runs.records import LevelSummary, Percentiles, RequestRecord
 from store import GpuRow, Store, open_store, queries
 
 LEVELS = (1, 8, 16, 32, 64)

@@ -67,9 +67,9 @@ async def serve_fleet(nodes: int, gpus: int, workdir: Path) -> None:
 
 
 def run_tui(workdir: Path, warmup_s: float, seconds: float) -> None:
+    from control.config import load_config
+    from control.wiring import build_services
     from tui.app import create_app
-    from tui.config import load_config
-    from tui.wiring import build_services
 
     config = load_config(workdir / "config.toml")
     lags: list[float] = []

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engines.loadgen.records import LevelSummary, RequestRecord
+from runs.records import LevelSummary, RequestRecord
 from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
 from store.maintenance import PruneResult
 from store.models import Comparison, LevelRow, Regression, RunInfo, TelemetryRow

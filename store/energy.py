@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any
 
-from engines.loadgen.records import LevelSummary
+from runs.records import LevelSummary
 
 SETTLE_S = 120.0
 """A window that ended this long ago gets no new samples (frames are live, 1 Hz)."""

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import IO, Any
 
-from engines.loadgen.records import RequestRecord
+from runs.records import RequestRecord
 from store.models import Comparison, ComparisonRow, RunInfo, request_to_json
 
 CSV_FIELDS = (

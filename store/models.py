@@ -15,7 +15,7 @@ from array import array
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from engines.loadgen.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
+from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
 
 _PERCENTILE_FIELDS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engines.loadgen.records import RequestRecord
+from runs.records import RequestRecord
 from store import energy
 from store.errors import RunNotFoundError, StoreError
 from store.models import (

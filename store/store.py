@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from engines.loadgen.records import LevelSummary, RequestRecord
+from runs.records import LevelSummary, RequestRecord
 from store import energy, maintenance, queries
 from store.errors import StoreError, StoreWriteError
 from store.fleet import FleetMixin, dumps

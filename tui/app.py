@@ -11,10 +11,11 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 
 from agents.protocol import TelemetryFrame
+from control.config import Config
+from control.model import FleetModel
+from control.services import NodeHandle, Services, describe_error
 from store import rows_from_frame
-from tui.config import Config
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
-from tui.model import FleetModel
 from tui.palette import ScreenCommands
 from tui.screens.base import TABS
 from tui.screens.compare import CompareScreen
@@ -24,7 +25,6 @@ from tui.screens.help import HelpScreen
 from tui.screens.history import HistoryScreen
 from tui.screens.load import LoadScreen
 from tui.screens.node import NodeScreen
-from tui.services import NodeHandle, Services, describe_error
 
 
 class InferTopApp(App[int]):

@@ -18,8 +18,8 @@ from tui import __version__
 SUBCOMMANDS: tuple[str, ...] = (
     "tui.commands",  # (default) open the TUI
     "tui.demo",  # demo
-    "engines.loadgen.cli",  # bench
-    "engines.sim.cli",  # sim
+    "loadgen.cli",  # bench
+    "sim.cli",  # sim
     "store.cli",  # runs
 )
 

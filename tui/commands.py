@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tui.config import Config
+    from control.config import Config
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tui.config import ConfigError, load_config
+    from control.config import ConfigError, load_config
 
     try:
         config = load_config(args.config)
@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(config: Config) -> int:
+    from control.wiring import build_services
     from tui.app import create_app
-    from tui.wiring import build_services
 
     async with build_services(config) as services:
         app = create_app(config, services=services)

@@ -1,7 +1,7 @@
 """``infer-top demo``: every screen on any machine — no Docker, no GPU needed.
 
 An embedded agent replays a real H200 NVML recording as its GPUs and runs
-simulated engines (``engines.sim``, labelled SIMULATED everywhere); the seed's
+simulated engines (``sim``, labelled SIMULATED everywhere); the seed's
 H100 comparison is precomputed from the simulators' profiles at start-up.
 When Docker and the rig's llama-server image are present, the real engine is
 offered too (Engines screen: kind llamacpp, runtime compose).
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tui.config import Config
-from tui.services import NodeHandle, Report, Services
+from control.config import Config
+from control.services import NodeHandle, Report, Services
 
 DEMO_NODE = "h200-demo"
 LIVE_SIMS: tuple[str, ...] = (
@@ -127,8 +127,8 @@ async def demo_services(
     """The demo's config and services; everything started is stopped on exit."""
     from agents.client import AgentClient
     from agents.embedded import embedded_agent, embedded_config
+    from control.loads import run_load
     from store import open_store
-    from tui.loads import run_load
 
     with tempfile.TemporaryDirectory(prefix="infer-top-demo-") as tmp:
         db = options.db or Path(tmp) / "demo.db"
@@ -158,7 +158,7 @@ async def demo_services(
 
 async def _has_seed_runs(store: Any) -> bool:
     """A kept demo store (--db) already holds the simulated comparison: not again."""
-    from tui.demo_runs import SEED_PROFILES
+    from control.demo_runs import SEED_PROFILES
 
     runs = await asyncio.to_thread(store.list_runs)
     found = {r.profile.get("sim_profile") for r in runs if r.simulated}
@@ -173,7 +173,7 @@ async def _start_up(services: Services, client: Any, options: DemoOptions, repor
                 "sim", {"profile": profile}, [i % options.gpus], runtime="sim", wait=False
             )
     if options.runs and not await _has_seed_runs(services.store):
-        from tui.demo_runs import simulate_seed_table
+        from control.demo_runs import simulate_seed_table
 
         def progress(text: str, fraction: float) -> None:
             report(text, fraction, False)

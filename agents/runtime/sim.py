@@ -1,4 +1,4 @@
-"""Simulated engines (engines.sim) as a runtime: the demo's fleet without GPUs.
+"""Simulated engines (sim) as a runtime: the demo's fleet without GPUs.
 
 A simulator imitates one engine's HTTP surface and metrics dialect, so the
 manager health-gates and scrapes it exactly like the real engine; its frames
@@ -25,7 +25,7 @@ class SimRuntime:
 
     def kind_of(self, launch: dict[str, Any]) -> str:
         """The engine kind a start request's profile imitates (validates the profile)."""
-        from engines.sim import ProfileError, load_profile
+        from sim import ProfileError, load_profile
 
         name = launch.get("profile")
         if not isinstance(name, str) or not name:
@@ -36,7 +36,7 @@ class SimRuntime:
             raise RuntimeError_(str(exc)) from exc
 
     async def start(self, dep: Deployment) -> None:
-        from engines.sim import FaultConfig, ProfileError, start_sim
+        from sim import FaultConfig, ProfileError, start_sim
 
         cfg = dep.config
         try:

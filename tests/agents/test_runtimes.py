@@ -1,5 +1,5 @@
 """The process runtime with the rig's real llama-server binary, and simulated
-engines (engines.sim) through the same manager."""
+engines (sim) through the same manager."""
 
 from __future__ import annotations
 

@@ -48,8 +48,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engines.loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
-from engines.loadgen.stats import percentiles, quantile
+from loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
+from loadgen.stats import percentiles, quantile
 
 STREAMS = 32
 MEASURED = 2 * STREAMS

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engines.loadgen import cli, read_jsonl
+from loadgen import cli, read_jsonl
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engines.loadgen import (
+from loadgen import (
     ClosedLoop,
     ErrorKind,
     JsonlSink,

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engines.loadgen.profiles import ClosedLoop, OpenLoop, Slo
-from engines.loadgen.records import ErrorKind, RequestRecord
-from engines.loadgen.stats import GapSample, percentiles, quantile, summarise_level
+from loadgen.profiles import ClosedLoop, OpenLoop, Slo
+from loadgen.stats import GapSample, percentiles, quantile, summarise_level
+from runs.records import ErrorKind, RequestRecord
 
 T0 = 1_800_000_000.0
 

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from compose import compose_file
-from engines.loadgen import LoadSpec, MemorySink, Target, Workload, concurrency_sweep, run_load
+from loadgen import LoadSpec, MemorySink, Target, Workload, concurrency_sweep, run_load
 from tests.conftest import Rig
 from tests.rig.test_llama_server_compose import free_port
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engines.loadgen import (
+from loadgen import (
     Arrival,
     ClosedLoop,
     LevelFinished,
@@ -32,7 +32,7 @@ from engines.loadgen import (
     run_load,
     run_load_in_subprocess,
 )
-from engines.loadgen.stats import quantile
+from loadgen.stats import quantile
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from engines.loadgen.records import ErrorKind
-from engines.openai_stream import (
+from loadgen.openai_stream import (
     ClientLimits,
     StreamClient,
     StreamState,
     build_body,
     endpoint_url,
 )
+from runs.records import ErrorKind
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engines.loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
+from loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 SPEC = LoadSpec((ClosedLoop(2),), requests_per_level=6)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.loadgen.profiles import (
+from loadgen.profiles import (
     Arrival,
     ClosedLoop,
     LoadSpec,
@@ -19,7 +19,7 @@ from engines.loadgen.profiles import (
     parse_duration_s,
     parse_slo,
 )
-from engines.loadgen.workload import PromptSource, Workload, WorkloadError
+from loadgen.workload import PromptSource, Workload, WorkloadError
 
 
 def test_range_ratio_draws_lengths_in_vllm_interval() -> None:

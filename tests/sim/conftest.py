@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from engines.sim import RunningSim, start_sim
+from sim import RunningSim, start_sim
 
 StartSim = Callable[..., Awaitable[RunningSim]]
 

@@ -11,7 +11,7 @@ from functools import cache
 
 import pytest
 
-from engines.sim import Outcome, RequestTrace, list_profiles, load_profile, simulate_closed_loop
+from sim import Outcome, RequestTrace, list_profiles, load_profile, simulate_closed_loop
 
 SEED_TABLE_TOK_S = {
     "h100-llama2-7b-trtllm": 7535.0,

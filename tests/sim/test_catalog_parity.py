@@ -15,7 +15,7 @@ import pytest
 
 from engines.catalog import Health, get_spec, merge_llamacpp, parse_llamacpp_slots
 from engines.sample import EngineSample
-from engines.sim import FaultConfig, list_profiles, load_profile
+from sim import FaultConfig, list_profiles, load_profile
 from tests.sim.conftest import StartSim
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"

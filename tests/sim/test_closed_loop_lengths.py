@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from engines.loadgen.workload import PromptSource, Workload, draw_lengths
-from engines.sim import Outcome, load_profile, simulate_closed_loop
+from loadgen.workload import PromptSource, Workload, draw_lengths
+from sim import Outcome, load_profile, simulate_closed_loop
 
 VLLM = "h100-llama2-7b-vllm"
 OLLAMA = "h100-llama3.1-8b-ollama"

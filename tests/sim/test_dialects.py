@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engines.sim import list_profiles, load_profile
+from sim import list_profiles, load_profile
 from tests.sim.conftest import StartSim
 
 CHAT = [{"role": "user", "content": "Say something."}]

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.catalog import get_spec
-from engines.sim import is_simulated, load_profile, server
+from sim import is_simulated, load_profile, server
 from tests.sim.conftest import StartSim
 
 VLLM = "h100-llama2-7b-vllm"

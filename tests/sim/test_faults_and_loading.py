@@ -9,7 +9,7 @@ import json
 import aiohttp
 import pytest
 
-from engines.sim import FaultConfig, Outcome
+from sim import FaultConfig, Outcome
 from tests.sim.conftest import StartSim
 
 CHAT = [{"role": "user", "content": "Tell me a long story."}]

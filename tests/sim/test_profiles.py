@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engines.sim import ProfileError, load_profile
-from engines.sim.textgen import plan_output
+from sim import ProfileError, load_profile
+from sim.textgen import plan_output
 
 GOOD = """
 name = "mine"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.sim import Arrival, Outcome, SimProfile, simulate
-from engines.sim.scheduler import Scheduler
+from sim import Arrival, Outcome, SimProfile, simulate
+from sim.scheduler import Scheduler
 
 
 def tiny(**changes: object) -> SimProfile:

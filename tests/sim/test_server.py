@@ -10,7 +10,7 @@ import aiohttp
 import openai
 import pytest
 
-from engines.sim import Arrival, Outcome, load_profile, simulate
+from sim import Arrival, Outcome, load_profile, simulate
 from tests.sim.conftest import StartSim
 
 VLLM = "h100-llama2-7b-vllm"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.loadgen.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
+from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
 from store import Store, open_store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from agents.protocol import EngineTelemetry, TelemetryFrame
+from control.config import Config
+from control.demo_runs import simulate_seed_table
+from control.replay import ReplayNode
+from control.services import Services
 from store import open_store
 from tui.app import InferTopApp, create_app
-from tui.config import Config
-from tui.demo_runs import simulate_seed_table
-from tui.replay import ReplayNode
-from tui.services import Services
 
 EPOCH = 1_796_048_940.0
 """Where the replayed frames start (the recording's own first timestamp)."""

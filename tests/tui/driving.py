@@ -12,12 +12,12 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Select
 
 from agents.embedded import embedded_config
+from control.config import Config
+from control.model import NodeStatus
+from control.wiring import build_services
 from tests.tui.conftest import SIZE
 from tests.tui.helpers import text_of, type_into, wait_until
 from tui.app import create_app
-from tui.config import Config
-from tui.model import NodeStatus
-from tui.wiring import build_services
 
 
 @dataclass(frozen=True, slots=True)

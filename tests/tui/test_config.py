@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.config import ConfigError, load_config, parse_config
+from control.config import ConfigError, load_config, parse_config
 
 
 def test_nodes_tokens_and_relative_paths(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """GPU energy recorded while a load test runs becomes tok/J in the comparison.
 
-No GPU here: the frames are the real H200 recording (``tui.replay``) presented
+No GPU here: the frames are the real H200 recording (``control.replay``) presented
 as measured — the stand-in for absent hardware, at the frame boundary."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engines.loadgen.events import LevelFinished, RunFinished, RunResult, RunStarted
+from control.loads import LoadRequest, profile
+from control.run_recorder import RunRecorder
+from runs.events import LevelFinished, RunFinished, RunResult, RunStarted
 from store import open_store
 from tests.tui.conftest import EPOCH, SIZE, fleet_frames, frozen_app, frozen_services
-from tui.loads import LoadRequest, profile
-from tui.run_recorder import RunRecorder
 
 
 def recorded_run(store: Any, app: Any, node: str, seed_level: Any, *, simulated_gpus: bool) -> str:

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from control.config import Config, NodeConfig
+from control.model import NodeStatus
+from control.services import Backoff
+from control.wiring import build_services
 from tests.tui.conftest import SIZE
 from tests.tui.helpers import wait_until
 from tui.app import create_app
-from tui.config import Config, NodeConfig
 from tui.fasttable import FastTable
-from tui.model import NodeStatus
-from tui.services import Backoff
-from tui.wiring import build_services
 
 
 def free_port() -> int:

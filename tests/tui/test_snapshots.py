@@ -1,7 +1,7 @@
 """One snapshot per screen in its main states, 120x40 (Compare also at 80x24, an
 operator's SSH terminal), from fixed frames only.
 
-Frames come from the real H200 recording at fixed positions (``tui.replay``),
+Frames come from the real H200 recording at fixed positions (``control.replay``),
 the clock is frozen and the store holds the simulated seed comparison with
 fixed ids, so a snapshot changes only when what the operator sees changes.
 """
@@ -166,7 +166,7 @@ def test_help(snap_compare: Any) -> None:
 def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
     """A finished sweep as the Load test screen shows it, from fixed progress events
     (the simulated vLLM run's own level summaries)."""
-    from engines.loadgen.events import LevelFinished, RunStarted
+    from runs.events import LevelFinished, RunStarted
     from tui.messages import LoadFinished, LoadProgress
 
     app = frozen_app(frozen_services(store=seed_store))
@@ -202,7 +202,7 @@ async def test_load_screen_preselects_the_first_healthy_engine_and_shows_its_gpu
 def level_events(s: Any, ticks: tuple[int, ...], *, live_itl: bool = False) -> list[Any]:
     """A level from the fixed summary ``s``: started, then a progress event at each
     tick (in thirds of the level); ``live_itl`` adds the ITL percentiles so far."""
-    from engines.loadgen.events import LevelProgress, LevelStarted
+    from runs.events import LevelProgress, LevelStarted
 
     events: list[Any] = [LevelStarted(s.level_index, s.concurrency, None, s.completed, None)]
     for step in ticks:
@@ -227,7 +227,7 @@ def level_events(s: Any, ticks: tuple[int, ...], *, live_itl: bool = False) -> l
 
 def running_level_events(summary: Any) -> list[Any]:
     """A level that has started and is part-way: two progress ticks, no LevelFinished."""
-    from engines.loadgen.events import RunStarted
+    from runs.events import RunStarted
 
     return [RunStarted("fixed-run", 1, ()), *level_events(summary, ticks=(1, 2), live_itl=True)]
 
@@ -259,7 +259,7 @@ def test_an_estimated_full_kv_cache_fits_its_engine_column() -> None:
     """A full, estimated KV cache (``100%~``) shows whole in the 13-wide column, not ``0…``."""
     import dataclasses
 
-    from tui.model import NodeState
+    from control.model import NodeState
     from tui.screens.fleet import engine_cells
     from tui.widgets import ENGINE_COLUMNS
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from agents.client import AgentError
+from control.compare_view import comparison_curves, comparison_table
+from control.engine_ops import fit_view
+from control.exporting import export_comparison
+from control.model import FleetModel, NodeStatus, gauge, sparkline
+from control.services import Backoff, Services, describe_error
 from tests.tui.conftest import EPOCH, engines_at_load, fleet_frames
-from tui.compare_view import comparison_curves, comparison_table
-from tui.engine_ops import fit_view
-from tui.exporting import export_comparison
-from tui.model import FleetModel, NodeStatus, gauge, sparkline
-from tui.services import Backoff, Services, describe_error
 
 
 def test_unknown_values_are_na_never_zero() -> None:

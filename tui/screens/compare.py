@@ -12,13 +12,13 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
+from control.compare_view import comparison_curves, comparison_table, run_label
+from control.exporting import export_comparison
+from control.services import describe_error
 from tui.charts import Chart, ChartData, series_of
-from tui.compare_view import comparison_curves, comparison_table, run_label
-from tui.exporting import export_comparison
 from tui.messages import ComparisonLoaded, RunsLoaded
 from tui.screens.history import when
 from tui.screens.shared import RunsScreen
-from tui.services import describe_error
 
 
 def default_pick(runs: list[Any], limit: int = 6) -> list[str]:

@@ -22,11 +22,11 @@ from textual.widgets import (
 )
 from textual.widgets.selection_list import Selection
 
-from tui.engine_ops import fit_view, start_engine, stop_engine, swap_engine
+from control.engine_ops import fit_view, start_engine, stop_engine, swap_engine
+from control.services import describe_error
 from tui.messages import EngineActionDone, EngineProgress
 from tui.screens.base import BaseScreen
 from tui.screens.fleet import engine_rows
-from tui.services import describe_error
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, selected_key, sync_table
 
 RUNTIMES = ("auto", "compose", "process", "sim")

@@ -10,8 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from agents.protocol import EngineTelemetry, GpuSample
-from tui.fasttable import FastTable, Item
-from tui.model import (
+from control.model import (
     NodeState,
     NodeStatus,
     fmt,
@@ -20,6 +19,7 @@ from tui.model import (
     mem_pct,
     sparkline,
 )
+from tui.fasttable import FastTable, Item
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
     ENGINE_COLUMNS,

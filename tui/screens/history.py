@@ -13,11 +13,11 @@ from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Label, Static
 
-from tui.exporting import export_comparison
+from control.exporting import export_comparison
+from control.model import fmt
+from control.services import describe_error
 from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded
-from tui.model import fmt
 from tui.screens.shared import FilteredScreen, RunsScreen
-from tui.services import describe_error
 from tui.widgets import Row, add_fixed_columns, selected_key, sync_table
 
 RUN_COLUMNS = (

@@ -12,14 +12,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
 
+from control.loads import PROFILES, LoadRequest, profile, resolve_target
+from control.model import fmt
+from control.run_recorder import RunRecorder
+from control.services import describe_error
 from tui.charts import Chart, ChartData, Series
-from tui.loads import PROFILES, LoadRequest, profile, resolve_target
 from tui.messages import LoadFinished, LoadProgress, RunsChanged
-from tui.model import fmt
-from tui.run_recorder import RunRecorder
 from tui.screens.base import BaseScreen
 from tui.screens.fleet import gpu_rows
-from tui.services import describe_error
 from tui.widgets import Row, add_fixed_columns, sync_table
 
 # Fits the 74 columns left of the GPU panel at 120 wide (each cell pads 1 each side);

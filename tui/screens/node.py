@@ -10,12 +10,12 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import DataTable, Log, Static
 
+from control.model import GpuHistory, NodeState, NodeStatus
+from control.services import describe_error
 from tui.charts import Chart, ChartData, series_of
 from tui.messages import LogLine
-from tui.model import GpuHistory, NodeState, NodeStatus
 from tui.screens.base import BaseScreen
 from tui.screens.fleet import engine_rows
-from tui.services import describe_error
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, selected_key, sync_table
 
 CHARTS: tuple[tuple[str, str, str, float | None], ...] = (

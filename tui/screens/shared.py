@@ -9,9 +9,9 @@ from textual import work
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
+from control.services import describe_error
 from tui.messages import RunsChanged, RunsLoaded, StartupProgress
 from tui.screens.base import BaseScreen
-from tui.services import describe_error
 
 
 class RunsScreen(BaseScreen):

@@ -1,0 +1,129 @@
+"""Engine control as the Engines screen drives it, free of Textual.
+
+Start / swap ask the agent, then follow the deployment until it is healthy or
+has failed, reporting progress in words; the agent's own errors are passed on
+as they are (``AgentError(status, message)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agents.protocol import EngineInfo
+from control.services import AgentLike
+
+Progress = Callable[[str, float | None], None]
+
+FAILED_STATES = frozenset({"crashed", "failed", "stopped"})
+PHASES = ("starting", "loading", "ready")
+
+
+class EngineFailed(RuntimeError):
+    """The engine did not become healthy; the message says what the agent saw."""
+
+
+@dataclass(frozen=True, slots=True)
+class FitView:
+    text: str
+    fits: bool | None
+    """None when no estimate could be made (unknown model)."""
+
+
+def fit_view(
+    kind: str, model: str, gpu_mem_bytes: Sequence[int | None], context_len: int | None = None
+) -> FitView:
+    """The fit estimate (weights + KV cache vs the chosen GPUs' memory) in words."""
+    from engines.fit import GIB, KNOWN_MODELS, estimate_fit
+
+    shape = KNOWN_MODELS.get(model)
+    if shape is None:
+        known = ", ".join(KNOWN_MODELS)
+        return FitView(f"fit: no estimate for {model!r} (the estimator knows {known})", None)
+    mems = [m for m in gpu_mem_bytes if m]
+    if not mems:
+        return FitView("fit: pick at least one GPU with known memory", None)
+    ctx = context_len or min(shape.max_context, 8192)
+    try:
+        est = estimate_fit(
+            shape, kind, context_len=ctx, gpu_mem_total_bytes=min(mems), tp=len(mems)
+        )
+    except KeyError:
+        return FitView(f"fit: no memory rule for engine {kind!r}", None)
+    verdict = "fits" if est.fits else "DOES NOT FIT"
+    text = (
+        f"fit per GPU: weights {est.weights_bytes / GIB:.1f} GiB + KV "
+        f"{est.kv_bytes / GIB:.1f} GiB ({ctx:,} ctx) = {est.total_bytes / GIB:.1f} GiB of "
+        f"{est.budget_bytes / GIB:.1f} GiB budget: {verdict}; ~{est.max_concurrent_at_context}"
+        f" full-length sequences"
+    )
+    return FitView(text, est.fits)
+
+
+def _find(engines: Sequence[EngineInfo], engine_id: str) -> EngineInfo | None:
+    return next((e for e in engines if e.id == engine_id), None)
+
+
+async def wait_healthy(
+    client: AgentLike,
+    engine_id: str,
+    progress: Progress,
+    *,
+    timeout_s: float = 300.0,
+    poll_s: float = 1.0,
+) -> EngineInfo:
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while True:
+        info = _find(await client.engines(), engine_id)
+        if info is None:
+            raise EngineFailed(f"engine {engine_id} disappeared from the agent")
+        if info.health == "healthy":
+            progress(f"{engine_id} is healthy at {info.url or '?'}", 1.0)
+            return info
+        if info.state in FAILED_STATES:
+            raise EngineFailed(f"{engine_id} {info.state}: {info.message or 'no reason given'}")
+        step = PHASES.index(info.state) + 1 if info.state in PHASES else 1
+        text = f"{engine_id}: {info.state}, health {info.health}"
+        if info.message:
+            text += f" — {info.message}"
+        if text != last:
+            progress(text, step / (len(PHASES) + 1))
+            last = text
+        if time.monotonic() > deadline:
+            raise EngineFailed(f"{engine_id} not healthy after {timeout_s:.0f}s ({info.state})")
+        await asyncio.sleep(poll_s)
+
+
+async def start_engine(
+    client: AgentLike,
+    kind: str,
+    config: Mapping[str, Any],
+    gpus: Sequence[int],
+    progress: Progress,
+    *,
+    runtime: str | None = None,
+    **wait: Any,
+) -> EngineInfo:
+    progress(f"asking the agent to start {kind} on GPU(s) {list(gpus) or 'none'}", 0.05)
+    info = await client.start(kind, dict(config), list(gpus), runtime=runtime, wait=False)
+    progress(f"agent accepted: deployment {info.id}", 0.1)
+    return await wait_healthy(client, info.id, progress, **wait)
+
+
+async def swap_engine(
+    client: AgentLike, engine_id: str, config: Mapping[str, Any], progress: Progress, **wait: Any
+) -> EngineInfo:
+    progress(f"asking the agent to swap {engine_id}", 0.05)
+    result = await client.swap(engine_id, dict(config))
+    new_id = getattr(result, "id", None) or engine_id
+    return await wait_healthy(client, new_id, progress, **wait)
+
+
+async def stop_engine(client: AgentLike, engine_id: str, progress: Progress) -> None:
+    progress(f"stopping {engine_id}", 0.5)
+    await client.stop(engine_id)
+    progress(f"{engine_id} stopped", 1.0)

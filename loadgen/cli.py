@@ -1,0 +1,271 @@
+"""``infer-top bench``: a headless load test with a live bar and a summary table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from loadgen.process import new_run_id, run_in_new_loop
+from loadgen.profiles import (
+    Arrival,
+    Level,
+    LoadSpec,
+    OpenLoop,
+    ProfileError,
+    concurrency_sweep,
+    parse_duration_s,
+    parse_slo,
+)
+from loadgen.quirks import known_kinds
+from loadgen.report import (
+    failure_lines,
+    level_label,
+    summary_table,
+    write_csv,
+    write_json,
+)
+from loadgen.runner import Target, run_load
+from loadgen.subproc import SinkSpec, open_sinks, plain
+from loadgen.workload import PromptSource, Workload, WorkloadError
+from runs.events import (
+    LevelFinished,
+    LevelProgress,
+    LevelStarted,
+    ProgressEvent,
+    RunStarted,
+)
+
+API_KEY_ENV = "INFER_TOP_API_KEY"
+DEFAULT_REQUESTS = 64
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("concurrency levels must be integers >= 1")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected rates like 2,5,10, got {text!r}") from None
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration_s(text)
+    except ProfileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="load-test an OpenAI-compatible endpoint (concurrency sweep or arrival rate)",
+        description="Stream requests at an OpenAI-compatible engine and report TTFT, TPOT, "
+        "ITL, E2E, throughput, goodput and failures per level (vLLM metric definitions).",
+    )
+    t = p.add_argument_group("target")
+    t.add_argument("--url", required=True, help="engine base URL, e.g. http://127.0.0.1:8080")
+    t.add_argument("--model", required=True, help="model name the engine serves")
+    t.add_argument("--engine", default="openai", choices=known_kinds(), help="engine kind")
+    t.add_argument("--api-key", default=None, help=f"bearer key (better: ${API_KEY_ENV})")
+    t.add_argument("--completions", action="store_true", help="use /v1/completions, not chat")
+    lp = p.add_argument_group("load profile")
+    mode = lp.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", type=_int_list, help="closed-loop levels, e.g. 1,2,4,8")
+    mode.add_argument("--rate", type=_float_list, help="open-loop request rates (req/s)")
+    lp.add_argument("--arrival", choices=[a.value for a in Arrival], default="poisson")
+    lp.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
+    lp.add_argument("--max-concurrency", type=int, default=None, help="cap for --rate levels")
+    lp.add_argument("--requests", type=int, default=None, help="measured requests per level")
+    lp.add_argument("--duration", type=_duration, default=None, help="per level, e.g. 30s")
+    lp.add_argument("--warmup", default="0", help="warm-up per level: a count (8) or time (5s)")
+    lp.add_argument("--timeout", type=_duration, default=600.0, help="per-request limit")
+    lp.add_argument("--stall-timeout", type=_duration, default=60.0, help="max gap between bytes")
+    lp.add_argument("--slo", type=str, default=None, help="e.g. ttft=500ms,tpot=50ms")
+    w = p.add_argument_group("workload")
+    w.add_argument("--input-len", type=int, default=512, help="prompt tokens")
+    w.add_argument("--output-len", type=int, default=128, help="output tokens")
+    w.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
+    w.add_argument("--shared-prefix-len", type=int, default=0, help="tokens shared by all")
+    w.add_argument("--dataset", default=None, help="ShareGPT-format JSON file of prompts")
+    w.add_argument("--seed", type=int, default=0)
+    o = p.add_argument_group("output")
+    o.add_argument("--json", dest="json_path", help="write the run summary as JSON")
+    o.add_argument("--csv", dest="csv_path", help="write one CSV row per level")
+    o.add_argument("--jsonl", dest="jsonl_path", help="stream every request record to JSONL")
+    o.add_argument("--save", action="store_true", help="save the run to the infer-top store")
+    o.add_argument("--db", default=None, help="store path (default $INFER_TOP_DB / XDG data)")
+    o.add_argument("--name", default=None, help="run name in the store")
+    o.add_argument("--quiet", action="store_true", help="no live progress bar")
+    p.set_defaults(func=run)
+
+
+def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
+    """Arguments -> spec, workload and target; ProfileError / WorkloadError on nonsense."""
+    levels: tuple[Level, ...]
+    if args.rate:
+        levels = tuple(
+            OpenLoop(r, Arrival(args.arrival), args.burstiness, args.max_concurrency)
+            for r in args.rate
+        )
+    else:
+        levels = concurrency_sweep(args.concurrency or [1])
+    warm = args.warmup.strip()
+    warm_count, warm_s = (int(warm), 0.0) if warm.isdigit() else (0, parse_duration_s(warm))
+    requests = args.requests
+    if requests is None and args.duration is None:
+        requests = DEFAULT_REQUESTS
+    spec = LoadSpec(
+        levels,
+        requests_per_level=requests,
+        duration_s=args.duration,
+        warmup_requests=warm_count,
+        warmup_s=warm_s,
+        request_timeout_s=args.timeout,
+        stall_timeout_s=args.stall_timeout,
+        slo=parse_slo(args.slo) if args.slo else None,
+        seed=args.seed,
+    )
+    workload = Workload(
+        input_len=args.input_len,
+        output_len=args.output_len,
+        range_ratio=args.range_ratio,
+        shared_prefix_len=args.shared_prefix_len,
+        dataset=args.dataset,
+        seed=args.seed,
+    )
+    key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    target = Target(args.url, args.model, args.engine, key, chat=not args.completions)
+    return spec, workload, target
+
+
+class _Live:
+    """Turns progress events into a rich progress bar (on stderr)."""
+
+    def __init__(self, progress: Progress | None, spec: LoadSpec, console: Console) -> None:
+        self.progress, self.spec, self.console = progress, spec, console
+        self.task: Any = None
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if isinstance(event, RunStarted):
+            for warning in event.warnings:
+                self.console.print(f"[yellow]warning:[/] {warning}")
+        if self.progress is None:
+            return
+        if isinstance(event, LevelStarted):
+            label = (
+                f"c={event.concurrency}"
+                if event.request_rate is None
+                else (f"{event.request_rate:g} req/s")
+            )
+            total = event.planned_requests if event.duration_s is None else event.duration_s
+            self.task = self.progress.add_task(f"level {label}", total=total, info="")
+        elif isinstance(event, LevelProgress) and self.task is not None:
+            done = event.completed + event.failed + event.incomplete
+            ttft = "n/a" if event.ttft_p50_s is None else f"{event.ttft_p50_s * 1000:.0f} ms"
+            info = f"{event.output_tok_s:8.1f} tok/s  TTFT p50 {ttft}  errors {event.failed}"
+            shown = done if self.spec.duration_s is None else event.elapsed_s
+            self.progress.update(self.task, completed=shown, info=info)
+        elif isinstance(event, LevelFinished) and self.task is not None:
+            s = event.summary
+            self.progress.update(
+                self.task,
+                completed=self.progress.tasks[-1].total,
+                description=f"level {level_label(s)} done",
+            )
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    try:
+        spec, workload, target = build(args)
+    except (ProfileError, WorkloadError, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    try:
+        PromptSource(workload)  # an unreadable dataset is bad input, found before any request
+    except WorkloadError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    run_id = new_run_id()
+    where = SinkSpec(args.jsonl_path, args.save, args.db if args.save else None, args.name)
+    try:
+        sink, store_sink = open_sinks(where, run_id, spec, workload, target)
+    except Exception as exc:  # unwritable JSONL path, store that will not open
+        err.print(f"[red]error:[/] cannot open the output: {exc}")
+        return 2
+    progress = None
+    if not args.quiet:
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=err,
+            transient=False,
+        )
+    live = _Live(progress, spec, err)
+    try:
+        if progress is not None:
+            progress.start()
+        result = run_in_new_loop(run_load(spec, workload, target, sink, live, run_id=run_id))
+    except KeyboardInterrupt:
+        if store_sink is not None:
+            store_sink.status = "interrupted"
+        err.print("[yellow]interrupted[/]: finished requests are in the sinks")
+        return 130
+    except (WorkloadError, OSError) as exc:  # e.g. the JSONL disk filled up mid-run
+        if store_sink is not None:
+            store_sink.status = "failed"
+        err.print(f"[red]error:[/] {exc}")
+        return 1
+    except BaseException:
+        if store_sink is not None:
+            store_sink.status = "failed"
+        raise
+    finally:
+        if progress is not None:
+            progress.stop()
+        try:
+            sink.close()
+        except OSError as exc:
+            err.print(f"[red]error:[/] closing the outputs: {exc}")
+    out = Console()
+    if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
+        out = Console(width=160)
+    out.print(summary_table(result))
+    for line in failure_lines(result):
+        out.print(line, highlight=False)
+    context = {
+        "target": {"url": target.url, "model": target.model, "engine": target.engine_kind},
+        "spec": plain(spec),
+        "workload": plain(workload),
+    }
+    if args.json_path:
+        write_json(args.json_path, result, context)
+    if args.csv_path:
+        write_csv(args.csv_path, result.levels)
+    if store_sink is not None:
+        err.print(f"saved to the store as run {run_id}")
+    ok = sum(s.completed for s in result.levels)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    parser = argparse.ArgumentParser(prog="infer-top")
+    register(parser.add_subparsers())
+    ns = parser.parse_args(["bench", *sys.argv[1:]])
+    sys.exit(ns.func(ns))

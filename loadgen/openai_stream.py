@@ -1,0 +1,324 @@
+"""A lean OpenAI-compatible streaming client for load tests.
+
+One ``aiohttp`` session serves every request of a run.  The parser reads raw
+bytes (``iter_any``) and splits SSE lines itself, so a long context never hits
+aiohttp's per-line limit (the 64 KB default broke vLLM's own benchmark at 50k
+tokens), and timestamps are taken the moment bytes reach Python.
+
+Timing is kept in ``perf_counter`` seconds in a mutable :class:`StreamState`
+that the caller owns: when a run's deadline cancels a request, the caller still
+has everything measured so far and can record it as *incomplete*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+
+from loadgen.arrival import ArrivalClock, stamping
+from runs.records import ErrorKind
+
+try:  # orjson parses chunks ~3x faster; optional.
+    import orjson
+
+    _loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+READ_BUFSIZE_BYTES = 4 * 1024 * 1024
+MAX_HEADER_LINE_BYTES = 64 * 1024
+MAX_SSE_LINE_BYTES = 64 * 1024 * 1024
+"""A single SSE line larger than this is treated as a broken stream, not buffered forever."""
+ERROR_BODY_PREVIEW_BYTES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    concurrency: int | None
+    """Requests in flight at most; None: unbounded (an open loop must never queue here)."""
+    request_timeout_s: float = 600.0
+    stall_timeout_s: float = 60.0
+    """No byte for this long means the server stalled: a timeout failure."""
+    connect_timeout_s: float = 10.0
+    reuse_connections: bool = True
+    """False for engines that close the socket after each stream (llama-server)."""
+
+
+class StreamState:
+    """What one request measured so far (perf_counter seconds)."""
+
+    __slots__ = (
+        "chunk_perf",
+        "done",
+        "error_kind",
+        "error_message",
+        "finish_reason",
+        "http_status",
+        "retried",
+        "sent_perf",
+        "server_decode_tok_s",
+        "usage_completion_tokens",
+        "usage_prompt_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.sent_perf: float | None = None
+        self.chunk_perf: list[float] = []
+        """Arrival time of every content chunk (role-only / usage chunks excluded)."""
+        self.done = False
+        self.finish_reason: str | None = None
+        self.usage_prompt_tokens: int | None = None
+        self.usage_completion_tokens: int | None = None
+        self.server_decode_tok_s: float | None = None
+        self.http_status: int | None = None
+        self.error_kind: ErrorKind | None = None
+        self.error_message: str | None = None
+        self.retried = False
+
+    def fail(self, kind: ErrorKind, message: str) -> None:
+        self.error_kind = kind
+        self.error_message = message[:500]
+
+
+def endpoint_url(base_url: str, chat: bool) -> str:
+    """``http://h:p`` or ``http://h:p/v1`` -> the chat or completions endpoint."""
+    base = base_url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return base + ("/chat/completions" if chat else "/completions")
+
+
+def build_body(
+    *,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    chat: bool,
+    include_usage: bool,
+    extra: Mapping[str, Any] | None = None,
+) -> bytes:
+    body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": max_tokens}
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if extra:
+        body.update(extra)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _has_content(choice: Mapping[str, Any]) -> bool:
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        # Reasoning and tool-call deltas are tokens too; a role-only delta is not.
+        return bool(
+            delta.get("content")
+            or delta.get("reasoning_content")
+            or delta.get("reasoning")
+            or delta.get("tool_calls")
+        )
+    return bool(choice.get("text"))
+
+
+def _take_event(state: StreamState, payload: bytes, now: float) -> None:
+    if payload == b"[DONE]":
+        state.done = True
+        return
+    try:
+        obj = _loads(payload)
+    except ValueError as exc:
+        raise _BrokenStream(f"malformed SSE JSON: {exc}; data={payload[:120]!r}") from None
+    if not isinstance(obj, dict):
+        raise _BrokenStream(f"SSE data is not an object: {payload[:120]!r}")
+    if obj.get("error") is not None:
+        raise _BrokenStream(f"error event in stream: {str(obj['error'])[:300]}")
+    choices = obj.get("choices")
+    if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+        choice = choices[0]
+        if _has_content(choice):
+            state.chunk_perf.append(now)
+        if choice.get("finish_reason"):
+            state.finish_reason = str(choice["finish_reason"])
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        state.usage_prompt_tokens = prompt if isinstance(prompt, int) else None
+        state.usage_completion_tokens = completion if isinstance(completion, int) else None
+    timings = obj.get("timings")  # llama.cpp's own per-request timing
+    if isinstance(timings, dict) and isinstance(timings.get("predicted_per_second"), int | float):
+        state.server_decode_tok_s = float(timings["predicted_per_second"])
+
+
+async def _on_body_sent(
+    _session: aiohttp.ClientSession,
+    ctx: SimpleNamespace,
+    _params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    # On Python < 3.12 aiohttp writes the body (and the headers coalesced with
+    # it) from a task of its own, which a busy loop may run milliseconds after
+    # ``post()`` was called: the send time is when the bytes really went out.
+    state = ctx.trace_request_ctx
+    if isinstance(state, StreamState):
+        state.sent_perf = time.perf_counter()
+
+
+_SEND_TRACE = aiohttp.TraceConfig()
+_SEND_TRACE.on_request_chunk_sent.append(_on_body_sent)
+_SEND_TRACE.freeze()
+
+
+class _BrokenStream(Exception):
+    pass
+
+
+class _NoResponseByte(Exception):
+    """The connection failed before any response byte: safe to retry once."""
+
+
+class StreamClient:
+    """Streams completions over one shared session; use as an async context manager."""
+
+    def __init__(self, limits: ClientLimits, headers: Mapping[str, str] | None = None) -> None:
+        self._limits = limits
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        self._headers.update(headers or {})
+        self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
+
+    def _new_session(self, force_close: bool) -> aiohttp.ClientSession:
+        lim = self._limits
+        connector = stamping(
+            aiohttp.TCPConnector(
+                # Never the bottleneck of the load profile (0 is aiohttp's "no limit").
+                limit=0 if lim.concurrency is None else lim.concurrency + 8,
+                force_close=force_close,
+                ttl_dns_cache=300,
+            )
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            trace_configs=[_SEND_TRACE],
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=lim.connect_timeout_s, sock_read=lim.stall_timeout_s
+            ),
+            read_bufsize=READ_BUFSIZE_BYTES,
+            max_line_size=MAX_HEADER_LINE_BYTES,
+            max_field_size=MAX_HEADER_LINE_BYTES,
+            auto_decompress=False,
+        )
+
+    async def __aenter__(self) -> StreamClient:
+        self._session = self._new_session(force_close=not self._limits.reuse_connections)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+
+    async def stream(
+        self, url: str, body: bytes, state: StreamState, request_id: str | None = None
+    ) -> None:
+        """Send one request and fill ``state``; never raises except on cancellation."""
+        assert self._session is not None, "use StreamClient as an async context manager"
+        headers = (
+            self._headers if request_id is None else {**self._headers, "X-Request-Id": request_id}
+        )
+        try:
+            async with asyncio.timeout(self._limits.request_timeout_s):
+                try:
+                    await self._attempt(self._session, url, body, headers, state)
+                except _NoResponseByte:
+                    # A pooled keep-alive socket the server had already closed
+                    # (llama-server does this): a client artefact, so retry once
+                    # on a socket of its own before calling it a failure.
+                    if self._fresh is None:
+                        self._fresh = self._new_session(force_close=True)
+                    state.retried = True
+                    state.chunk_perf.clear()
+                    await self._attempt(self._fresh, url, body, headers, state)
+        except _NoResponseByte as exc:
+            state.fail(ErrorKind.CONNECT, str(exc))
+        except aiohttp.ServerTimeoutError as exc:
+            stall = self._limits.stall_timeout_s
+            state.fail(ErrorKind.TIMEOUT, f"no byte for {stall:g} s (stalled): {exc}")
+        except TimeoutError:
+            limit = self._limits.request_timeout_s
+            state.fail(ErrorKind.TIMEOUT, f"not finished within the {limit:g} s request timeout")
+        except _BrokenStream as exc:
+            state.fail(ErrorKind.BROKEN_STREAM, str(exc))
+        except aiohttp.ClientError as exc:
+            state.fail(ErrorKind.BROKEN_STREAM, f"{type(exc).__name__}: {exc}")
+        else:
+            if state.error_kind is None:
+                self._judge_end(state)
+
+    @staticmethod
+    def _judge_end(state: StreamState) -> None:
+        if not (state.done or state.finish_reason):
+            state.fail(ErrorKind.BROKEN_STREAM, "stream ended without [DONE] or finish_reason")
+        elif not state.chunk_perf:
+            state.fail(ErrorKind.NO_CONTENT, "the stream finished without a content chunk")
+
+    async def _attempt(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        state: StreamState,
+    ) -> None:
+        state.sent_perf = time.perf_counter()  # refined by _SEND_TRACE once bytes are out
+        try:
+            resp = await session.post(url, data=body, headers=headers, trace_request_ctx=state)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # Nothing listens / refused / unreachable: retrying at once would not help.
+            state.fail(ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}")
+            return
+        except aiohttp.ServerTimeoutError:
+            raise  # a stall before the headers: a timeout, not a stale socket
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise _NoResponseByte(f"{type(exc).__name__}: {exc}") from exc
+        async with resp:
+            state.http_status = resp.status
+            if not 200 <= resp.status < 300:
+                text = await _preview(resp)
+                state.fail(ErrorKind.HTTP_STATUS, f"HTTP {resp.status}: {text}")
+                return
+            await _read_events(resp, state)
+
+
+async def _preview(resp: aiohttp.ClientResponse) -> str:
+    try:
+        raw = await resp.content.read(ERROR_BODY_PREVIEW_BYTES)
+    except (aiohttp.ClientError, TimeoutError):
+        return "(body unreadable)"
+    return raw.decode("utf-8", "replace").strip()
+
+
+async def _read_events(resp: aiohttp.ClientResponse, state: StreamState) -> None:
+    arrived_by = ArrivalClock(resp)
+    pending = b""
+    buf_at = 0  # payload offset of pending's first byte
+    async for data in resp.content.iter_any():
+        buf = pending + data if pending else data
+        start = 0
+        while (nl := buf.find(b"\n", start)) >= 0:
+            if buf.startswith(b"data:", start):
+                _take_event(state, buf[start + 5 : nl].strip(), arrived_by(buf_at + nl + 1))
+            start = nl + 1
+        pending = buf[start:]
+        buf_at += start
+        if len(pending) > MAX_SSE_LINE_BYTES:
+            raise _BrokenStream(f"an SSE line exceeds {MAX_SSE_LINE_BYTES} bytes")
+    if pending.startswith(b"data:"):  # last event without a trailing newline
+        _take_event(state, pending[5:].strip(), time.perf_counter())
