@@ -189,7 +189,8 @@ class Store(FleetMixin):
 
     @property
     def rejected(self) -> list[tuple[str, tuple[Any, ...], str]]:
-        """(statement, row, SQLite's reason) for rows SQLite refused."""
+        """(statement, row, SQLite's reason) for rows this process set aside; the
+        file keeps every set-aside row in its ``rejected_rows`` table."""
         return list(self._writer.rejected)
 
     # --- maintenance (on the writer thread; these wait for it) ------------

@@ -37,6 +37,7 @@ from engines.loadgen.report import (
     write_json,
 )
 from engines.loadgen.runner import Target, run_load
+from engines.loadgen.sinks import FanoutSink
 from engines.loadgen.subproc import SinkSpec, open_sinks, plain
 from engines.loadgen.workload import PromptSource, Workload, WorkloadError
 
@@ -239,10 +240,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-        try:
-            sink.close()
-        except OSError as exc:
-            err.print(f"[red]error:[/] closing the outputs: {exc}")
+        closed = _close(sink, err)
     out = Console()
     if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
         out = Console(width=160)
@@ -261,7 +259,18 @@ def run(args: argparse.Namespace) -> int:
     if store_sink is not None:
         err.print(f"saved to the store as run {run_id}")
     ok = sum(s.completed for s in result.levels)
-    return 0 if ok else 1
+    return 0 if ok and closed else 1
+
+
+def _close(sink: FanoutSink, err: Console) -> bool:
+    """Close the outputs; False (said on stderr) when one lost data: a full disk, or
+    store rows that could not be written (set aside in its rejected_rows table)."""
+    try:
+        sink.close()
+    except Exception as exc:  # OSError, or the store's StoreWriteError
+        err.print(f"[red]error:[/] closing the outputs: {exc}")
+        return False
+    return True
 
 
 if __name__ == "__main__":  # pragma: no cover
