@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ls = rs.add_parser("list", help="runs, newest first")
     ls.add_argument("--engine", help="only this engine kind")
     ls.add_argument("--node", help="only runs on this node")
-    ls.add_argument("--status", help="running | completed | failed | cancelled")
+    ls.add_argument("--status", help="running | completed | interrupted | failed")
     ls.add_argument("--limit", type=int, default=50)
 
     show = rs.add_parser("show", help="one run: its settings and every load level")

@@ -17,7 +17,7 @@ from sqlite_utils.migrations import Migrations
 
 from store.errors import StoreError, StoreVersionError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The newest schema this infer-top writes and reads."""
 
 APPLICATION_ID = 0x69746F70  # "itop": marks a file as an infer-top store
@@ -242,6 +242,16 @@ def _v3_rejected_rows(db: Database) -> None:
         not_null={"ts", "statement", "row_json", "error"},
     )
     _set_version(db, 3)
+
+
+@MIGRATIONS(name="0004_run_owner")
+def _v4_run_owner(db: Database) -> None:
+    # The process that writes a run (host, pid, start identity: store.owner),
+    # so a run whose process died is marked interrupted, not left running.
+    db.execute("ALTER TABLE runs ADD COLUMN owner_host TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN owner_pid INTEGER")
+    db.execute("ALTER TABLE runs ADD COLUMN owner_start TEXT")
+    _set_version(db, 4)
 
 
 def file_version(conn: sqlite3.Connection) -> int:

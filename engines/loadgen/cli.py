@@ -17,7 +17,7 @@ from engines.loadgen.events import (
     ProgressEvent,
     RunStarted,
 )
-from engines.loadgen.process import new_run_id, run_in_new_loop
+from engines.loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
 from engines.loadgen.profiles import (
     Arrival,
     Level,
@@ -219,15 +219,18 @@ def run(args: argparse.Namespace) -> int:
             transient=False,
         )
     live = _Live(progress, spec, err)
+    term = TermAsInterrupt()
     try:
         if progress is not None:
             progress.start()
-        result = run_in_new_loop(run_load(spec, workload, target, sink, live, run_id=run_id))
-    except KeyboardInterrupt:
+        with term:
+            result = run_in_new_loop(run_load(spec, workload, target, sink, live, run_id=run_id))
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (timeout, systemd, CI)
         if store_sink is not None:
             store_sink.status = "interrupted"
-        err.print("[yellow]interrupted[/]: finished requests are in the sinks")
-        return 130
+        by = " by SIGTERM" if term.received else ""
+        err.print(f"[yellow]interrupted{by}[/]: finished and cut requests are in the sinks")
+        return 143 if term.received else 130
     except (WorkloadError, OSError) as exc:  # e.g. the JSONL disk filled up mid-run
         if store_sink is not None:
             store_sink.status = "failed"

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -104,3 +111,95 @@ async def test_impossible_usage_fails_only_its_request_and_the_run_is_saved(
     assert all(r.output_tokens == 4 for r in records if r.ok)
     assert level.summary.failures_by_kind == {"protocol": 2}
     assert level.summary.total_output_tokens == 22 * 4 and level.summary.output_tok_s > 0
+
+
+SLOW = ("--ttft-ms", "5", "--ttft-spread-ms", "0", "--itl-ms", "20")  # 25 tokens: 0.5 s
+
+
+def _stored(db: Path) -> int:
+    """Requests committed so far, read as another program would (0 before the file is)."""
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return int(conn.execute("SELECT count(*) FROM requests").fetchone()[0])
+    except sqlite3.OperationalError:  # the schema is still being created
+        return 0
+    finally:
+        conn.close()
+
+
+@contextmanager
+def _bench_running(url: str, db: Path, *, stored: int) -> Iterator[subprocess.Popen[str]]:
+    """A long ``bench --save`` (a real process), yielded once ``stored`` requests are in."""
+    argv = infer_top_argv(
+        "bench", "--quiet", "--url", url, "--model", "m", "--concurrency", "4",
+        "--requests", "400", "--output-len", "25", "--save", "--db", str(db),
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _stored(db) < stored:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the bench stored too few requests in 60 s"
+            time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+def _runs_list(db: Path) -> str:
+    done = subprocess.run(
+        infer_top_argv("runs", "--db", str(db), "list"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_sigterm_interrupts_the_bench_like_ctrl_c_and_keeps_its_records(
+    sched_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """`timeout`, systemd and CI stop with SIGTERM: the run used to stay `running`."""
+    server = sched_server(*SLOW)
+    db = tmp_path / "runs.db"
+    with _bench_running(server.url, db, stored=8) as proc:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err and "Traceback" not in err
+    with open_store(db) as st:
+        (run,) = st.list_runs()
+        records = list(st.iter_requests(run.run_id))
+    assert run.status == "interrupted" and run.finished_at is not None
+    assert len(records) >= 8 and run.request_count == len(records)
+    assert any(r.incomplete for r in records)  # the requests in flight, recorded as cut
+    row = next(line for line in _runs_list(db).splitlines() if run.run_id in line)
+    assert "interrupted" in row and f" {len(records)} " in row
+
+
+def test_a_sigkilled_bench_is_marked_interrupted_when_the_store_next_opens(
+    sched_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    server = sched_server(*SLOW)
+    db = tmp_path / "runs.db"
+    with _bench_running(server.url, db, stored=8) as proc:
+        proc.kill()
+        proc.communicate(timeout=30)
+    stored = _stored(db)
+    listed = _runs_list(db)  # the first open after the kill
+    with open_store(db) as st:
+        (run,) = st.list_runs()
+        last_end = max(r.end_at or r.sent_at for r in st.iter_requests(run.run_id))
+    assert run.status == "interrupted" and run.finished_at == last_end
+    assert run.request_count == stored >= 8
+    row = next(line for line in listed.splitlines() if run.run_id in line)
+    assert "interrupted" in row and f" {stored} " in row
