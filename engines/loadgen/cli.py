@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -15,6 +16,7 @@ from engines.loadgen.events import (
     LevelProgress,
     LevelStarted,
     ProgressEvent,
+    RunResult,
     RunStarted,
 )
 from engines.loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
@@ -43,6 +45,7 @@ from engines.loadgen.workload import PromptSource, Workload, WorkloadError
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
+DEFAULT_MAX_FAILURE_PCT = 10.0
 
 
 def _int_list(text: str) -> list[int]:
@@ -60,6 +63,16 @@ def _float_list(text: str) -> list[float]:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected rates like 2,5,10, got {text!r}") from None
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
+    return value
 
 
 def _duration(text: str) -> float:
@@ -110,6 +123,13 @@ def register(sub: Any) -> None:
     o.add_argument("--db", default=None, help="store path (default $INFER_TOP_DB / XDG data)")
     o.add_argument("--name", default=None, help="run name in the store")
     o.add_argument("--quiet", action="store_true", help="no live progress bar")
+    o.add_argument(
+        "--max-failure-pct",
+        type=_percent,
+        default=DEFAULT_MAX_FAILURE_PCT,
+        help="exit 1 when more than this percentage of the measured requests failed "
+        f"(default {DEFAULT_MAX_FAILURE_PCT:g}); the message counts the failures by kind",
+    )
     p.set_defaults(func=run)
 
 
@@ -261,8 +281,28 @@ def run(args: argparse.Namespace) -> int:
         write_csv(args.csv_path, result.levels)
     if store_sink is not None:
         err.print(f"saved to the store as run {run_id}")
+    too_many = _too_many_failures(result, args.max_failure_pct)
+    if too_many:
+        err.print(f"[red]error:[/] {too_many}", highlight=False, soft_wrap=True)
     ok = sum(s.completed for s in result.levels)
-    return 0 if ok and closed else 1
+    return 0 if ok and closed and not too_many else 1
+
+
+def _too_many_failures(result: RunResult, max_pct: float) -> str | None:
+    """Why the run fails ``--max-failure-pct`` (failed over completed + failed
+    measured requests, every level together; cut ones are not failures), or None."""
+    failed = sum(s.failed for s in result.levels)
+    total = failed + sum(s.completed for s in result.levels)
+    if not total or failed * 100 <= max_pct * total:
+        return None
+    kinds: Counter[str] = Counter()
+    for s in result.levels:
+        kinds.update(s.failures_by_kind)
+    by_kind = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    return (
+        f"{failed} of {total} requests failed ({failed / total:.1%}), more than "
+        f"--max-failure-pct {max_pct:g}: {by_kind}"
+    )
 
 
 def _close(sink: FanoutSink, err: Console) -> bool:

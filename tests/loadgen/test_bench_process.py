@@ -203,3 +203,24 @@ def test_a_sigkilled_bench_is_marked_interrupted_when_the_store_next_opens(
     assert run.request_count == stored >= 8
     row = next(line for line in listed.splitlines() if run.run_id in line)
     assert "interrupted" in row and f" {stored} " in row
+
+
+def test_a_bench_whose_requests_mostly_failed_exits_1_and_counts_them_by_kind(
+    sched_server: Callable[..., Any],
+) -> None:
+    """87 % of requests failed and the bench exited 0: scripts and CI never noticed."""
+    server = sched_server("--faults", "mix", "--ttft-ms", "5", "--ttft-spread-ms", "5")
+    argv = infer_top_argv(
+        "bench", "--quiet", "--url", server.url, "--model", "m", "--concurrency", "6",
+        "--requests", "36", "--output-len", "6", "--stall-timeout", "500ms",
+    )  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "30 of 36 requests failed (83.3%), more than --max-failure-pct 10:" in done.stderr
+    for kind in ("http_status", "broken_stream", "timeout", "connect", "no_content"):
+        assert f"{kind} 6" in done.stderr
+    # The threshold is the caller's: the same run passes a looser one.
+    looser = [*argv, "--max-failure-pct", "90"]
+    done = subprocess.run(looser, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "requests failed" not in done.stderr
