@@ -337,7 +337,7 @@ class StreamClient:
             try:
                 await _read_events(resp, state, self._limits.max_line_bytes)
             except _ProtocolError:
-                resp.close()  # drop the socket: the rest of this stream is not worth reading
+                resp.close()  # closed, never pooled: the rest of the stream is junk
                 raise
 
 

@@ -155,7 +155,10 @@ def _show(console: Console, st: Store, run_id: str) -> None:
     console.print(
         escape(f"engine {r.engine_kind or '-'} on {r.node or '-'}, deployment {r.deployment_id}")
     )
-    console.print(f"created {_when(r.created_at)}, finished {_when(r.finished_at)}")
+    console.print(
+        f"created {_when(r.created_at)}, finished {_when(r.finished_at)}, "
+        f"{r.request_count:,} requests stored"
+    )
     for name, value in (("profile", r.profile), ("workload", r.workload)):
         console.print(escape(f"{name}: {value}"))
     console.print(escape(f"software: {r.software_versions}"))

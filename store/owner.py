@@ -64,7 +64,10 @@ def is_gone(host: str | None, pid: int | None, start: str | None) -> bool:
     prefix = _boot_and_namespace()
     if host != socket.gethostname() or pid is None or start is None or prefix is None:
         return False
-    boot, namespace, _ticks = start.split("/")
+    parts = start.split("/")
+    if len(parts) != 3:  # not written by this code: do not guess
+        return False
+    boot, namespace, _ticks = parts
     my_boot, my_namespace = prefix.split("/")
     if boot != my_boot:
         return True  # the host has rebooted since: every process of that boot is gone

@@ -152,9 +152,10 @@ def _bench_running(url: str, db: Path, *, stored: int) -> Iterator[subprocess.Po
             proc.communicate(timeout=30)
 
 
-def _runs_list(db: Path) -> str:
+def _runs(db: Path, *argv: str) -> str:
+    """``infer-top runs ARGV`` as a user runs it; its output."""
     done = subprocess.run(
-        infer_top_argv("runs", "--db", str(db), "list"),
+        infer_top_argv("runs", "--db", str(db), *argv),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -182,7 +183,7 @@ def test_sigterm_interrupts_the_bench_like_ctrl_c_and_keeps_its_records(
     assert run.status == "interrupted" and run.finished_at is not None
     assert len(records) >= 8 and run.request_count == len(records)
     assert any(r.incomplete for r in records)  # the requests in flight, recorded as cut
-    row = next(line for line in _runs_list(db).splitlines() if run.run_id in line)
+    row = next(line for line in _runs(db, "list").splitlines() if run.run_id in line)
     assert "interrupted" in row and f" {len(records)} " in row
 
 
@@ -195,7 +196,7 @@ def test_a_sigkilled_bench_is_marked_interrupted_when_the_store_next_opens(
         proc.kill()
         proc.communicate(timeout=30)
     stored = _stored(db)
-    listed = _runs_list(db)  # the first open after the kill
+    listed = _runs(db, "list")  # the first open after the kill
     with open_store(db) as st:
         (run,) = st.list_runs()
         last_end = max(r.end_at or r.sent_at for r in st.iter_requests(run.run_id))
@@ -203,6 +204,8 @@ def test_a_sigkilled_bench_is_marked_interrupted_when_the_store_next_opens(
     assert run.request_count == stored >= 8
     row = next(line for line in listed.splitlines() if run.run_id in line)
     assert "interrupted" in row and f" {stored} " in row
+    shown = _runs(db, "show", run.run_id)
+    assert "status interrupted" in shown and f"{stored} requests stored" in shown
 
 
 def test_a_bench_whose_requests_mostly_failed_exits_1_and_counts_them_by_kind(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -148,30 +149,27 @@ async def test_null_and_largest_possible_counts_are_accepted(
     assert (state.usage_prompt_tokens, state.usage_completion_tokens) == (None, 2**63 - 1)
 
 
-def _endless_line_handler(size_bytes: int) -> Handler:
-    """One SSE line of ``size_bytes`` and no newline, 1 MiB a write."""
+async def test_an_endless_sse_line_fails_fast_as_a_protocol_error(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    hung_up = asyncio.Event()
 
     async def handler(request: web.Request) -> web.StreamResponse:
+        """One 48 MiB SSE line and no newline, 1 MiB a write."""
         await request.read()
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         piece = b"x" * (1 << 20)
         try:
             await resp.write(b"data: ")
-            for _ in range(size_bytes >> 20):
+            for _ in range(48):
                 await resp.write(piece)
             await resp.write_eof()
         except ConnectionError:
-            pass  # the client hung up on the line, as it should
+            hung_up.set()  # the client closed the connection on the line, as it should
         return resp
 
-    return handler
-
-
-async def test_an_endless_sse_line_fails_fast_as_a_protocol_error(
-    serve: Callable[[Handler], Awaitable[str]],
-) -> None:
-    url = await serve(_endless_line_handler(48 << 20))
+    url = await serve(handler)
     t0 = time.perf_counter()
     state = await _one(url, request_timeout_s=60.0)
     # A guard against the quadratic read (118 s of CPU for 48 MiB), not a tight timing.
@@ -180,6 +178,7 @@ async def test_an_endless_sse_line_fails_fast_as_a_protocol_error(
     assert state.error_message is not None
     assert "longer than 1,048,576 bytes" in state.error_message
     assert "connection was closed" in state.error_message
+    await asyncio.wait_for(hung_up.wait(), timeout=10.0)
 
 
 async def test_a_48_mib_line_under_a_raised_limit_is_read_in_linear_time(
