@@ -66,12 +66,13 @@ def _float_list(text: str) -> list[float]:
 
 
 def _percent(text: str) -> float:
+    bad = argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 100.0:
-        raise argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
+        raise bad from None
+    if not 0.0 <= value <= 100.0:  # NaN too
+        raise bad
     return value
 
 
