@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from loadgen.process import new_run_id, run_in_new_loop
+from loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
 from loadgen.profiles import (
     Arrival,
     Level,
@@ -30,6 +31,7 @@ from loadgen.report import (
     write_json,
 )
 from loadgen.runner import Target, run_load
+from loadgen.sinks import FanoutSink
 from loadgen.subproc import SinkSpec, open_sinks, plain
 from loadgen.workload import PromptSource, Workload, WorkloadError
 from runs.events import (
@@ -37,11 +39,13 @@ from runs.events import (
     LevelProgress,
     LevelStarted,
     ProgressEvent,
+    RunResult,
     RunStarted,
 )
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
+DEFAULT_MAX_FAILURE_PCT = 10.0
 
 
 def _int_list(text: str) -> list[int]:
@@ -59,6 +63,17 @@ def _float_list(text: str) -> list[float]:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected rates like 2,5,10, got {text!r}") from None
+
+
+def _percent(text: str) -> float:
+    bad = argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise bad from None
+    if not 0.0 <= value <= 100.0:  # NaN too
+        raise bad
+    return value
 
 
 def _duration(text: str) -> float:
@@ -109,6 +124,13 @@ def register(sub: Any) -> None:
     o.add_argument("--db", default=None, help="store path (default $INFER_TOP_DB / XDG data)")
     o.add_argument("--name", default=None, help="run name in the store")
     o.add_argument("--quiet", action="store_true", help="no live progress bar")
+    o.add_argument(
+        "--max-failure-pct",
+        type=_percent,
+        default=DEFAULT_MAX_FAILURE_PCT,
+        help="exit 1 when more than this percentage of the measured requests failed "
+        f"(default {DEFAULT_MAX_FAILURE_PCT:g}); the message counts the failures by kind",
+    )
     p.set_defaults(func=run)
 
 
@@ -218,15 +240,18 @@ def run(args: argparse.Namespace) -> int:
             transient=False,
         )
     live = _Live(progress, spec, err)
+    term = TermAsInterrupt()
     try:
         if progress is not None:
             progress.start()
-        result = run_in_new_loop(run_load(spec, workload, target, sink, live, run_id=run_id))
-    except KeyboardInterrupt:
+        with term:
+            result = run_in_new_loop(run_load(spec, workload, target, sink, live, run_id=run_id))
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (timeout, systemd, CI)
         if store_sink is not None:
             store_sink.status = "interrupted"
-        err.print("[yellow]interrupted[/]: finished requests are in the sinks")
-        return 130
+        by = " by SIGTERM" if term.received else ""
+        err.print(f"[yellow]interrupted{by}[/]: finished and cut requests are in the sinks")
+        return 143 if term.received else 130
     except (WorkloadError, OSError) as exc:  # e.g. the JSONL disk filled up mid-run
         if store_sink is not None:
             store_sink.status = "failed"
@@ -239,10 +264,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-        try:
-            sink.close()
-        except OSError as exc:
-            err.print(f"[red]error:[/] closing the outputs: {exc}")
+        closed = _close(sink, err)
     out = Console()
     if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
         out = Console(width=160)
@@ -260,8 +282,39 @@ def run(args: argparse.Namespace) -> int:
         write_csv(args.csv_path, result.levels)
     if store_sink is not None:
         err.print(f"saved to the store as run {run_id}")
+    too_many = _too_many_failures(result, args.max_failure_pct)
+    if too_many:
+        err.print(f"[red]error:[/] {too_many}", highlight=False, soft_wrap=True)
     ok = sum(s.completed for s in result.levels)
-    return 0 if ok else 1
+    return 0 if ok and closed and not too_many else 1
+
+
+def _too_many_failures(result: RunResult, max_pct: float) -> str | None:
+    """Why the run fails ``--max-failure-pct`` (failed over completed + failed
+    measured requests, every level together; cut ones are not failures), or None."""
+    failed = sum(s.failed for s in result.levels)
+    total = failed + sum(s.completed for s in result.levels)
+    if not total or failed * 100 <= max_pct * total:
+        return None
+    kinds: Counter[str] = Counter()
+    for s in result.levels:
+        kinds.update(s.failures_by_kind)
+    by_kind = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    return (
+        f"{failed} of {total} requests failed ({failed / total:.1%}), more than "
+        f"--max-failure-pct {max_pct:g}: {by_kind}"
+    )
+
+
+def _close(sink: FanoutSink, err: Console) -> bool:
+    """Close the outputs; False (said on stderr) when one lost data: a full disk, or
+    store rows that could not be written (set aside in its rejected_rows table)."""
+    try:
+        sink.close()
+    except Exception as exc:  # OSError, or the store's StoreWriteError
+        err.print(f"[red]error:[/] closing the outputs: {exc}")
+        return False
+    return True
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,7 +3,13 @@
 One ``aiohttp`` session serves every request of a run.  The parser reads raw
 bytes (``iter_any``) and splits SSE lines itself, so a long context never hits
 aiohttp's per-line limit (the 64 KB default broke vLLM's own benchmark at 50k
-tokens), and timestamps are taken the moment bytes reach Python.
+tokens), and timestamps are taken the moment bytes reach Python.  Each byte is
+scanned once, so a long line costs linear time, and a line longer than
+``ClientLimits.max_line_bytes`` fails its request as a protocol error.
+
+Values no engine can truly report (a negative or 10**40 token count, a NaN
+speed) fail their request as a protocol error too, rather than poisoning the
+run's figures or the store.
 
 Timing is kept in ``perf_counter`` seconds in a mutable :class:`StreamState`
 that the caller owns: when a run's deadline cancels a request, the caller still
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,14 +35,17 @@ from runs.records import ErrorKind
 try:  # orjson parses chunks ~3x faster; optional.
     import orjson
 
-    _loads: Callable[[bytes], Any] = orjson.loads
+    _loads: Callable[[bytes | bytearray], Any] = orjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
 
 READ_BUFSIZE_BYTES = 4 * 1024 * 1024
 MAX_HEADER_LINE_BYTES = 64 * 1024
-MAX_SSE_LINE_BYTES = 64 * 1024 * 1024
-"""A single SSE line larger than this is treated as a broken stream, not buffered forever."""
+MAX_SSE_LINE_BYTES = 1024 * 1024
+"""Default longest SSE line: a chunk is one delta and its metadata, a few KB; a line
+past a MiB is a broken engine, and buffering it without bound would eat memory."""
+MAX_COUNT = 2**63 - 1
+"""The largest token count accepted (SQLite's INTEGER); a larger one cannot be true."""
 ERROR_BODY_PREVIEW_BYTES = 2048
 
 
@@ -49,6 +59,8 @@ class ClientLimits:
     connect_timeout_s: float = 10.0
     reuse_connections: bool = True
     """False for engines that close the socket after each stream (llama-server)."""
+    max_line_bytes: int = MAX_SSE_LINE_BYTES
+    """A longer SSE line fails the request (protocol error) and closes its connection."""
 
 
 class StreamState:
@@ -129,7 +141,28 @@ def _has_content(choice: Mapping[str, Any]) -> bool:
     return bool(choice.get("text"))
 
 
-def _take_event(state: StreamState, payload: bytes, now: float) -> None:
+def _count(usage: Mapping[str, Any], name: str) -> int | None:
+    """A usage token count: absent / null is None; a value that cannot be a count is
+    a protocol error (``bool`` is an ``int`` in Python, but not a count)."""
+    value = usage.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise _ProtocolError(f"usage.{name} = {value!r:.60} is not a possible token count")
+    return value
+
+
+def _speed(timings: Mapping[str, Any]) -> float | None:
+    value = timings.get("predicted_per_second")
+    if value is None:
+        return None
+    # Compared, not converted first: NaN, inf and a 400-digit int all fail here.
+    if type(value) not in (int, float) or not 0 <= value <= sys.float_info.max:
+        raise _ProtocolError(f"timings.predicted_per_second = {value!r:.60} is not a speed")
+    return float(value)
+
+
+def _take_event(state: StreamState, payload: bytes | bytearray, now: float) -> None:
     if payload == b"[DONE]":
         state.done = True
         return
@@ -150,12 +183,13 @@ def _take_event(state: StreamState, payload: bytes, now: float) -> None:
             state.finish_reason = str(choice["finish_reason"])
     usage = obj.get("usage")
     if isinstance(usage, dict):
-        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        state.usage_prompt_tokens = prompt if isinstance(prompt, int) else None
-        state.usage_completion_tokens = completion if isinstance(completion, int) else None
+        state.usage_prompt_tokens = _count(usage, "prompt_tokens")
+        state.usage_completion_tokens = _count(usage, "completion_tokens")
     timings = obj.get("timings")  # llama.cpp's own per-request timing
-    if isinstance(timings, dict) and isinstance(timings.get("predicted_per_second"), int | float):
-        state.server_decode_tok_s = float(timings["predicted_per_second"])
+    if isinstance(timings, dict):
+        speed = _speed(timings)
+        if speed is not None:
+            state.server_decode_tok_s = speed
 
 
 async def _on_body_sent(
@@ -178,6 +212,10 @@ _SEND_TRACE.freeze()
 
 class _BrokenStream(Exception):
     pass
+
+
+class _ProtocolError(Exception):
+    """The engine sent what the protocol cannot carry: an impossible value, an oversize line."""
 
 
 class _NoResponseByte(Exception):
@@ -256,6 +294,8 @@ class StreamClient:
             state.fail(ErrorKind.TIMEOUT, f"not finished within the {limit:g} s request timeout")
         except _BrokenStream as exc:
             state.fail(ErrorKind.BROKEN_STREAM, str(exc))
+        except _ProtocolError as exc:
+            state.fail(ErrorKind.PROTOCOL, str(exc))
         except aiohttp.ClientError as exc:
             state.fail(ErrorKind.BROKEN_STREAM, f"{type(exc).__name__}: {exc}")
         else:
@@ -294,7 +334,11 @@ class StreamClient:
                 text = await _preview(resp)
                 state.fail(ErrorKind.HTTP_STATUS, f"HTTP {resp.status}: {text}")
                 return
-            await _read_events(resp, state)
+            try:
+                await _read_events(resp, state, self._limits.max_line_bytes)
+            except _ProtocolError:
+                resp.close()  # closed, never pooled: the rest of the stream is junk
+                raise
 
 
 async def _preview(resp: aiohttp.ClientResponse) -> str:
@@ -305,20 +349,36 @@ async def _preview(resp: aiohttp.ClientResponse) -> str:
     return raw.decode("utf-8", "replace").strip()
 
 
-async def _read_events(resp: aiohttp.ClientResponse, state: StreamState) -> None:
+async def _read_events(
+    resp: aiohttp.ClientResponse, state: StreamState, max_line_bytes: int
+) -> None:
+    """Split the payload into SSE lines in linear time: each read is scanned for
+    newlines once, and only a line split across reads is copied (once more)."""
     arrived_by = ArrivalClock(resp)
-    pending = b""
-    buf_at = 0  # payload offset of pending's first byte
+    partial = bytearray()  # the current line's bytes from earlier reads
+    offset = 0  # payload offset of ``data[0]``
     async for data in resp.content.iter_any():
-        buf = pending + data if pending else data
         start = 0
-        while (nl := buf.find(b"\n", start)) >= 0:
-            if buf.startswith(b"data:", start):
-                _take_event(state, buf[start + 5 : nl].strip(), arrived_by(buf_at + nl + 1))
+        while (nl := data.find(b"\n", start)) >= 0:
+            if len(partial) + nl - start > max_line_bytes:
+                raise _ProtocolError(_too_long(max_line_bytes))
+            line: bytes | bytearray = data[start:nl]
+            if partial:
+                partial += line
+                line, partial = partial, bytearray()
+            if line.startswith(b"data:"):
+                _take_event(state, line[5:].strip(), arrived_by(offset + nl + 1))
             start = nl + 1
-        pending = buf[start:]
-        buf_at += start
-        if len(pending) > MAX_SSE_LINE_BYTES:
-            raise _BrokenStream(f"an SSE line exceeds {MAX_SSE_LINE_BYTES} bytes")
-    if pending.startswith(b"data:"):  # last event without a trailing newline
-        _take_event(state, pending[5:].strip(), time.perf_counter())
+        if len(partial) + len(data) - start > max_line_bytes:
+            raise _ProtocolError(_too_long(max_line_bytes))
+        partial += memoryview(data)[start:]
+        offset += len(data)
+    if partial.startswith(b"data:"):  # last event without a trailing newline
+        _take_event(state, partial[5:].strip(), time.perf_counter())
+
+
+def _too_long(max_line_bytes: int) -> str:
+    return (
+        f"an SSE line is longer than {max_line_bytes:,} bytes (ClientLimits.max_line_bytes): "
+        "the engine's stream is broken; the connection was closed"
+    )

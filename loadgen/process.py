@@ -1,11 +1,15 @@
-"""Process-level helpers of a load test: its clock, its event loop, its file limit."""
+"""Process-level helpers of a load test: its clock, its event loop, its file
+limit, and SIGTERM handled like Ctrl-C."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Coroutine
+from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -51,3 +55,34 @@ def ensure_fd_limit(streams: int) -> str | None:
     if target < need:
         return f"open-files limit {target} is below the {need} that {streams} streams need"
     return None
+
+
+class TermAsInterrupt:
+    """While entered, SIGTERM (what ``timeout``, systemd and CI send) stops the run
+    as Ctrl-C does: it calls the SIGINT handler in place (``asyncio.Runner``'s:
+    cancel the run, then raise KeyboardInterrupt), so requests in flight are
+    recorded as cut and the caller can mark the run interrupted and close its
+    sinks.  ``received`` tells the two signals apart (exit 143, not 130)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> TermAsInterrupt:
+        if threading.current_thread() is threading.main_thread():  # signals need it
+            self._previous = signal.signal(signal.SIGTERM, self._on_term)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+            self._installed = False
+
+    def _on_term(self, _signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIGINT ignored or left to C: stop all the same
+            raise KeyboardInterrupt
+        handler(signal.SIGINT, frame)

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.process import new_run_id, run_in_new_loop
+from loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
 from loadgen.profiles import LoadSpec
 from loadgen.runner import Target, run_load
 from loadgen.sinks import FanoutSink, JsonlSink, RecordSink
@@ -78,10 +78,12 @@ def _worker(
     store_sink: StoreSink | None = None
     try:
         sink, store_sink = open_sinks(where, run_id, spec, workload, target)
-        run_in_new_loop(run_load(spec, workload, target, sink, events.put, run_id=run_id))
+        # The parent stops a run it dropped with SIGTERM: cut requests are kept.
+        with TermAsInterrupt():
+            run_in_new_loop(run_load(spec, workload, target, sink, events.put, run_id=run_id))
     except BaseException as exc:  # report everything: the parent only sees the queue
         if store_sink is not None:
-            store_sink.status = "failed"
+            store_sink.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         events.put(RunFailed(f"{type(exc).__name__}: {exc}"))
     finally:
         if sink is not None:

@@ -18,6 +18,7 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"
     BROKEN_STREAM = "broken_stream"  # the stream ended without [DONE] / finish
     NO_CONTENT = "no_content"  # 2xx but no content chunk at all
+    PROTOCOL = "protocol"  # impossible values (a negative count) or an oversize SSE line
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ls = rs.add_parser("list", help="runs, newest first")
     ls.add_argument("--engine", help="only this engine kind")
     ls.add_argument("--node", help="only runs on this node")
-    ls.add_argument("--status", help="running | completed | failed | cancelled")
+    ls.add_argument("--status", help="running | completed | interrupted | failed")
     ls.add_argument("--limit", type=int, default=50)
 
     show = rs.add_parser("show", help="one run: its settings and every load level")
@@ -155,7 +155,10 @@ def _show(console: Console, st: Store, run_id: str) -> None:
     console.print(
         escape(f"engine {r.engine_kind or '-'} on {r.node or '-'}, deployment {r.deployment_id}")
     )
-    console.print(f"created {_when(r.created_at)}, finished {_when(r.finished_at)}")
+    console.print(
+        f"created {_when(r.created_at)}, finished {_when(r.finished_at)}, "
+        f"{r.request_count:,} requests stored"
+    )
     for name, value in (("profile", r.profile), ("workload", r.workload)):
         console.print(escape(f"{name}: {value}"))
     console.print(escape(f"software: {r.software_versions}"))

@@ -1,13 +1,16 @@
-"""Writes that reshape stored data: delete a run, retention, VACUUM.
+"""Writes that reshape stored data: delete a run, orphaned runs, retention, VACUUM.
 
-They run on the writer thread (``Writer.call``), after every row queued
-before them, so they never race the hot insert path.
+They run on the writer's connection: through ``Writer.call``, after every
+row queued before them, so they never race the hot insert path (orphaned runs
+are marked when the store opens, before its writer starts).
 """
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+
+from store import owner
 
 HISTORY_BUCKET_S = 60.0
 
@@ -34,6 +37,32 @@ def delete_run(conn: sqlite3.Connection, run_id: str) -> int:
             conn.execute("ROLLBACK")
         raise
     return n
+
+
+def mark_orphaned_runs(conn: sqlite3.Connection) -> list[str]:
+    """Runs still ``running`` whose process is gone become ``interrupted``,
+    finished when their last stored request ended; returns their ids."""
+    running = conn.execute(
+        "SELECT id, owner_host, owner_pid, owner_start FROM runs "
+        "WHERE status = 'running' AND owner_pid IS NOT NULL"
+    ).fetchall()
+    gone = [(run_id,) for run_id, *who in running if owner.is_gone(*who)]
+    if not gone:
+        return []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(
+            "UPDATE runs SET status = 'interrupted', finished_at = coalesce("
+            "(SELECT max(coalesce(end_at, sent_at)) FROM requests WHERE run_id = runs.id), "
+            "created_at) WHERE id = ? AND status = 'running'",
+            gone,
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return [run_id for (run_id,) in gone]
 
 
 # A sample is "inside a run" when its node ran a run then; those samples are

@@ -72,7 +72,7 @@ class RunInfo:
     finished_at: float | None
     level_count: int = 0
     request_count: int = 0
-    """Completed + failed + incomplete requests over the stored levels."""
+    """Requests stored for the run (warm-up, failed and cut ones included)."""
 
     @property
     def label(self) -> str:

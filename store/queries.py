@@ -27,11 +27,14 @@ from store.models import (
     row_to_request,
 )
 
+# Requests are counted from the stored rows: a run cut short (Ctrl-C, SIGKILL)
+# has requests but no summary of its last level.
 _RUN_SELECT = """
 SELECT r.id, r.name, r.engine_kind, r.node, r.deployment_id, r.profile_json, r.workload_json,
        r.software_json, r.simulated, r.status, r.created_at, r.finished_at,
-       count(l.level_index), coalesce(sum(l.completed + l.failed + l.incomplete), 0)
-FROM runs r LEFT JOIN levels l ON l.run_id = r.id
+       (SELECT count(*) FROM levels l WHERE l.run_id = r.id),
+       (SELECT count(*) FROM requests q WHERE q.run_id = r.id)
+FROM runs r
 """
 
 
@@ -94,7 +97,7 @@ def list_runs(
         where.append("r.created_at >= ?")
         params.append(since)
     sql = _RUN_SELECT + (f"WHERE {' AND '.join(where)} " if where else "")
-    sql += "GROUP BY r.id ORDER BY r.created_at DESC"
+    sql += "ORDER BY r.created_at DESC"
     if limit is not None:
         sql += " LIMIT ?"
         params.append(int(limit))
@@ -103,7 +106,7 @@ def list_runs(
 
 def get_run(conn: sqlite3.Connection, run_id: str) -> RunInfo:
     full = resolve_run_id(conn, run_id)
-    row = conn.execute(_RUN_SELECT + "WHERE r.id = ? GROUP BY r.id", (full,)).fetchone()
+    row = conn.execute(_RUN_SELECT + "WHERE r.id = ?", (full,)).fetchone()
     return _run_from_row(row)
 
 

@@ -17,7 +17,7 @@ from sqlite_utils.migrations import Migrations
 
 from store.errors import StoreError, StoreVersionError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 """The newest schema this infer-top writes and reads."""
 
 APPLICATION_ID = 0x69746F70  # "itop": marks a file as an infer-top store
@@ -229,6 +229,29 @@ def _v2_itl_and_history(db: Database) -> None:
     )
     db.table("level_energy").create_index(["node", "ended_at"])
     _set_version(db, 2)
+
+
+@MIGRATIONS(name="0003_rejected_rows")
+def _v3_rejected_rows(db: Database) -> None:
+    # Rows the writer could never write (a value SQLite refuses, an integer
+    # past 64 bits), kept as JSON with the reason instead of being retried
+    # forever or dropped (store.writer).
+    db.table("rejected_rows").create(
+        {"id": int, "ts": float, "statement": str, "row_json": str, "error": str},
+        pk="id",
+        not_null={"ts", "statement", "row_json", "error"},
+    )
+    _set_version(db, 3)
+
+
+@MIGRATIONS(name="0004_run_owner")
+def _v4_run_owner(db: Database) -> None:
+    # The process that writes a run (host, pid, start identity: store.owner),
+    # so a run whose process died is marked interrupted, not left running.
+    db.execute("ALTER TABLE runs ADD COLUMN owner_host TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN owner_pid INTEGER")
+    db.execute("ALTER TABLE runs ADD COLUMN owner_start TEXT")
+    _set_version(db, 4)
 
 
 def file_version(conn: sqlite3.Connection) -> int:

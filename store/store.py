@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runs.records import LevelSummary, RequestRecord
-from store import energy, maintenance, queries
+from store import energy, maintenance, owner, queries
 from store.errors import StoreError, StoreWriteError
 from store.fleet import FleetMixin, dumps
 from store.models import (
@@ -79,6 +79,7 @@ class Store(FleetMixin):
         try:
             self.version_before = migrate(conn, path)
             self._setup(conn, busy_timeout_s, max_db_bytes)
+            self.orphans_marked = self._mark_orphans(conn)
         except BaseException:
             conn.close()
             raise
@@ -107,6 +108,17 @@ class Store(FleetMixin):
         if max_db_bytes is not None:
             conn.execute(f"PRAGMA max_page_count = {max(1, max_db_bytes // self._page_size)}")
 
+    def _mark_orphans(self, conn: sqlite3.Connection) -> list[str]:
+        """Mark this host's runs whose process died (SIGKILL, OOM) as interrupted."""
+        try:
+            marked = maintenance.mark_orphaned_runs(conn)
+        except sqlite3.OperationalError as exc:  # locked by a writer: the next open retries
+            log.warning("could not mark runs whose process is gone: %s", exc)
+            return []
+        if marked:
+            log.info("marked %d runs interrupted (their process is gone)", len(marked))
+        return marked
+
     def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
         conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
@@ -129,6 +141,7 @@ class Store(FleetMixin):
         created_at: float | None = None,
     ) -> str:
         run_id = run_id or uuid.uuid4().hex[:12]
+        me = owner.this_process()  # the run is "running" while this process lives
         row = (
             run_id,
             name,
@@ -141,11 +154,14 @@ class Store(FleetMixin):
             int(simulated),
             "running",
             time.time() if created_at is None else created_at,
+            me.host,
+            me.pid,
+            me.start,
         )
         self._writer.put_rows(
             "INSERT INTO runs (id, name, engine_kind, node, deployment_id, profile_json, "
-            "workload_json, software_json, simulated, status, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "workload_json, software_json, simulated, status, created_at, owner_host, "
+            "owner_pid, owner_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [row],
         )
         return run_id
@@ -189,7 +205,8 @@ class Store(FleetMixin):
 
     @property
     def rejected(self) -> list[tuple[str, tuple[Any, ...], str]]:
-        """(statement, row, SQLite's reason) for rows SQLite refused."""
+        """(statement, row, SQLite's reason) for rows this process set aside; the
+        file keeps every set-aside row in its ``rejected_rows`` table."""
         return list(self._writer.rejected)
 
     # --- maintenance (on the writer thread; these wait for it) ------------

@@ -6,16 +6,20 @@ transaction (``executemany`` per statement), so the per-row cost stays a few
 microseconds.  When a transaction fails for a reason that can pass (full disk,
 locked DB) its rows stay held and are retried with back-off; the error is
 reported through ``on_error`` and raised to ``flush()`` / ``close()``
-callers — rows are never dropped silently.  Rows SQLite refuses outright
-(bad values) are set aside in ``rejected`` and reported the same way.
+callers — rows are never dropped silently.  A row that can never be written
+(a value SQLite refuses, an integer past 64 bits) is never retried: it is set
+aside in ``rejected`` and in the ``rejected_rows`` table (its values as JSON,
+with the reason), reported the same way, and the rows around it are written.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -27,6 +31,7 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH_ROWS = 50_000
 RETRY_MAX_S = 2.0
+INSERT_REJECTED = "INSERT INTO rejected_rows (ts, statement, row_json, error) VALUES (?, ?, ?, ?)"
 
 
 @dataclass(slots=True)
@@ -123,12 +128,14 @@ class Writer:
         if self._owns_conn and not self._thread.is_alive():
             with self._lock:
                 self._conn.close()
-        if error is not None:
+        if error is not None and error.unsaved:
             raise StoreWriteError(
                 f"closing the store left {error.unsaved} rows unwritten: {error}",
                 unsaved=error.unsaved,
                 rejected=error.rejected,
             ) from error
+        if error is not None:
+            raise error
 
     @property
     def closed(self) -> bool:
@@ -200,7 +207,8 @@ class Writer:
             self._rejected_raised = len(self.rejected)
             return StoreWriteError(
                 f"{new_rejects} rows had values SQLite refused and were set aside "
-                f"(last: {self.rejected[-1][2]}); see Store.rejected",
+                f"(last: {self.rejected[-1][2]}); they are kept in the store's "
+                "rejected_rows table",
                 rejected=len(self.rejected),
             )
         return None
@@ -221,11 +229,12 @@ class Writer:
             try:
                 with self._lock:
                     self._transaction(self._held)
-            except (sqlite3.OperationalError, MemoryError):
-                raise
-            except sqlite3.Error:
-                # A value SQLite refuses would fail every retry: find those
-                # rows and set them aside, keep the rest.
+            except Exception as exc:
+                if not _is_row_error(exc):
+                    raise
+                # A value that cannot be written would fail every retry and
+                # hold up every row behind it: find those rows and set them
+                # aside, write the rest.
                 with self._lock:
                     self._transaction(self._held, one_by_one=True)
         except Exception as exc:
@@ -257,10 +266,16 @@ class Writer:
                 for row in batch.rows:
                     try:
                         conn.execute(batch.sql, row)
-                    except sqlite3.OperationalError:
-                        raise
-                    except sqlite3.Error as exc:
+                    except Exception as exc:
+                        if not _is_row_error(exc):
+                            raise
                         refused.append((batch.sql, row, str(exc)))
+            if refused:  # kept in the file, so nothing is lost with the process
+                now = time.time()
+                conn.executemany(
+                    INSERT_REJECTED,
+                    [(now, sql, _row_json(row), why) for sql, row, why in refused],
+                )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -270,8 +285,8 @@ class Writer:
             self.rejected.extend(refused)
             self._report(
                 StoreWriteError(
-                    f"rows had values SQLite refused and were set aside "
-                    f"(last: {refused[-1][2]}); see Store.rejected",
+                    f"{len(refused)} rows had values SQLite refused and were set aside "
+                    f"(last: {refused[-1][2]}); they are kept in the store's rejected_rows table",
                     rejected=len(self.rejected),
                 )
             )
@@ -286,6 +301,19 @@ class Writer:
                 self._on_error(error)
             except Exception:
                 log.exception("the store's on_error callback failed")
+
+
+def _is_row_error(exc: BaseException) -> bool:
+    """True when the failure is the row's own values (a retry would fail the same);
+    OperationalError (locked, full, I/O) and MemoryError may pass."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return False
+    return isinstance(exc, sqlite3.Error | OverflowError | TypeError | ValueError)
+
+
+def _row_json(row: tuple[Any, ...]) -> str:
+    """A refused row as text that can always be stored (blobs as hex, the rest as repr)."""
+    return json.dumps(list(row), default=lambda v: v.hex() if isinstance(v, bytes) else repr(v))
 
 
 def _advice(exc: BaseException) -> str:

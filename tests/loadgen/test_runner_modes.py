@@ -149,16 +149,20 @@ async def test_worker_process_reports_a_bad_dataset(tmp_path: Path) -> None:
     assert "missing.json" in events[-1].message
 
 
-async def test_a_killed_worker_loses_only_the_requests_in_flight(
+async def test_a_stopped_worker_keeps_its_requests_in_flight_as_cut(
     sched_server: Callable[..., Any], tmp_path: Path
 ) -> None:
+    """Closing the iterator SIGTERMs the worker: it stops like Ctrl-C, recording the
+    requests in flight as cut and marking its stored run interrupted."""
+    from store import open_store
+
     server = sched_server(*FAST)
-    path = tmp_path / "crash.jsonl"
+    path, db = tmp_path / "crash.jsonl", tmp_path / "tui.db"
     spec = LoadSpec((ClosedLoop(4),), requests_per_level=100_000)
     seen = 0
     worker = run_load_in_subprocess(
         spec, Workload(input_len=8, output_len=4), Target(server.url, "m"),
-        SinkSpec(jsonl_path=str(path)),
+        SinkSpec(jsonl_path=str(path), store_path=str(db)), run_id="stopped",
     )  # fmt: skip
     async with aclosing(worker) as events:  # closing SIGTERMs the worker mid-run
         async for event in events:
@@ -168,7 +172,10 @@ async def test_a_killed_worker_loses_only_the_requests_in_flight(
     records, levels = read_jsonl(path)
     assert seen >= 20 and levels == []
     assert len(records) >= seen  # everything reported finished is on disk
-    assert all(r.ok for r in records)
+    assert all(r.ok for r in records) and any(r.incomplete for r in records)
+    with open_store(db) as st:
+        run = st.get_run("stopped")
+        assert run.status == "interrupted" and run.request_count == len(records)
 
 
 async def test_worker_process_saves_to_the_store_at_a_given_path(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -103,6 +105,106 @@ async def test_a_single_line_far_beyond_64kb_is_read(
     state = await _one(url)
     assert state.error_kind is None, state.error_message
     assert len(state.chunk_perf) == 1
+
+
+def _events(*objs: object) -> bytes:
+    return b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs) + (
+        b"data: [DONE]\n\n"
+    )
+
+
+CONTENT = {"choices": [{"index": 0, "delta": {"content": "a"}}]}
+FINISH = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ({"usage": {"prompt_tokens": 3, "completion_tokens": 10**40}}, "completion_tokens"),
+        ({"usage": {"prompt_tokens": -5, "completion_tokens": 1}}, "prompt_tokens = -5"),
+        ({"usage": {"prompt_tokens": 3, "completion_tokens": 1.5}}, "completion_tokens = 1.5"),
+        ({"usage": {"prompt_tokens": True, "completion_tokens": 1}}, "prompt_tokens = True"),
+        ({"usage": {"prompt_tokens": "3", "completion_tokens": 1}}, "prompt_tokens = '3'"),
+        ({"timings": {"predicted_per_second": -2.0}}, "predicted_per_second = -2.0"),
+    ],
+    ids=["huge", "negative", "fraction", "bool", "string", "negative-speed"],
+)
+async def test_impossible_values_fail_the_request_as_a_protocol_error(
+    serve: Callable[[Handler], Awaitable[str]], extra: dict[str, object], words: str
+) -> None:
+    usage_chunk = {"choices": [], **extra}
+    url = await serve(_sse_handler(_events(CONTENT, FINISH, usage_chunk)))
+    state = await _one(url)
+    assert state.error_kind is ErrorKind.PROTOCOL
+    assert state.error_message is not None and words in state.error_message
+    assert state.usage_completion_tokens is None or state.usage_completion_tokens >= 0
+
+
+async def test_null_and_largest_possible_counts_are_accepted(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    usage_chunk = {"choices": [], "usage": {"prompt_tokens": None, "completion_tokens": 2**63 - 1}}
+    state = await _one(await serve(_sse_handler(_events(CONTENT, FINISH, usage_chunk))))
+    assert state.error_kind is None, state.error_message
+    assert (state.usage_prompt_tokens, state.usage_completion_tokens) == (None, 2**63 - 1)
+
+
+async def test_an_endless_sse_line_fails_fast_as_a_protocol_error(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    hung_up = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        """One 48 MiB SSE line and no newline, 1 MiB a write."""
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        piece = b"x" * (1 << 20)
+        try:
+            await resp.write(b"data: ")
+            for _ in range(48):
+                await resp.write(piece)
+            await resp.write_eof()
+        except ConnectionError:
+            hung_up.set()  # the client closed the connection on the line, as it should
+        return resp
+
+    url = await serve(handler)
+    t0 = time.perf_counter()
+    state = await _one(url, request_timeout_s=60.0)
+    # A guard against the quadratic read (118 s of CPU for 48 MiB), not a tight timing.
+    assert time.perf_counter() - t0 < 5.0
+    assert state.error_kind is ErrorKind.PROTOCOL, state.error_message
+    assert state.error_message is not None
+    assert "longer than 1,048,576 bytes" in state.error_message
+    assert "connection was closed" in state.error_message
+    await asyncio.wait_for(hung_up.wait(), timeout=10.0)
+
+
+async def test_a_48_mib_line_under_a_raised_limit_is_read_in_linear_time(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    head = b'data: {"choices":[{"index":0,"delta":{"content":"'
+    tail = b'"}}]}\n\n' + _events(FINISH)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        piece = b"x" * (64 << 10)  # arrives in many reads: the split-line path
+        await resp.write(head)
+        for _ in range(48 * 16):
+            await resp.write(piece)
+        await resp.write(tail)
+        await resp.write_eof()
+        return resp
+
+    url = await serve(handler)
+    t0 = time.perf_counter()
+    state = await _one(url, request_timeout_s=60.0, max_line_bytes=64 << 20)
+    assert time.perf_counter() - t0 < 5.0
+    assert state.error_kind is None, state.error_message
+    assert len(state.chunk_perf) == 1 and state.finish_reason == "stop"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """A store process killed with SIGKILL mid-write leaves a sound file with
-every request it had reported committed."""
+every request it had reported committed, and its run is marked interrupted."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def test_sigkill_during_writes_keeps_every_committed_request(tmp_path: Path) -> 
     indices = {r[0] for r in conn.execute("SELECT request_index FROM requests")}
     conn.close()
     assert set(range(committed + 1)) <= indices
-    # ...and the store opens it and goes on.
+    # ...and the store opens it, sees the run's process is gone, and goes on.
     with open_store(path) as st:
-        assert st.get_run("killedrun").status == "running"
-        assert st.request_count("killedrun") == len(indices)
+        run = st.get_run("killedrun")
+        assert run.status == "interrupted" and run.finished_at is not None
+        assert st.request_count("killedrun") == run.request_count == len(indices)

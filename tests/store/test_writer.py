@@ -27,7 +27,8 @@ def test_requests_and_levels_read_back_equal(mem_store: Store) -> None:
     assert list(mem_store.iter_requests(run_id)) == records
     (level,) = mem_store.levels(run_id)
     assert level.summary == summary
-    assert mem_store.get_run(run_id).request_count == summary.completed + summary.failed
+    # Counted from the stored rows, not from the level summaries.
+    assert mem_store.get_run(run_id).request_count == len(records)
 
 
 @pytest.mark.parametrize(
@@ -134,3 +135,33 @@ def test_writes_after_close_are_refused(tmp_path: Path) -> None:
     st.close()
     with pytest.raises(StoreWriteError, match="closed"):
         st.create_run(name="late")
+
+
+def test_a_row_that_can_never_be_written_is_set_aside_not_retried_forever(
+    file_store: Store,
+) -> None:
+    """An integer past 64 bits (OverflowError, not a sqlite3 error) once held up
+    every row behind it: the writer retried it forever and the run stayed running."""
+    run_id = file_store.create_run(name="huge")
+    file_store.add_request(record(run_id, 0, 0))
+    file_store.add_request(record(run_id, 0, 1, usage_completion_tokens=10**40))
+    file_store.add_request(record(run_id, 0, 2))
+    file_store.finish_run(run_id)
+    with pytest.raises(StoreWriteError, match="set aside") as info:
+        file_store.flush(timeout_s=10)
+    assert info.value.rejected == 1 and info.value.unsaved == 0
+    assert "rejected_rows" in str(info.value)
+    assert file_store.unsaved == 0
+    assert [r.request_index for r in file_store.iter_requests(run_id)] == [0, 2]
+    assert file_store.get_run(run_id).status == "completed"
+    # The row survives in the file with its reason, not only in this process.
+    conn = sqlite3.connect(file_store.path)
+    ((statement, row_json, error),) = conn.execute(
+        "SELECT statement, row_json, error FROM rejected_rows"
+    ).fetchall()
+    conn.close()
+    assert statement.startswith("INSERT") and "requests" in statement
+    assert str(10**40) in row_json and "too large" in error
+    file_store.add_request(record(run_id, 0, 3))  # and the writer goes on
+    file_store.flush()
+    assert file_store.request_count(run_id) == 3
