@@ -15,6 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from agents.config import AgentConfig
+from agents.specs import get_spec
 
 PUBLIC_ROUTES = frozenset({"/healthz"})
 """The only route without a token: a bare liveness probe that tells nothing."""
@@ -106,6 +107,9 @@ def check_start_request(
             "extra volumes are not supported: set options.model_dir, mounted where the "
             "engine's Compose file keeps its models"
         )
+    if launch.get("extra_args"):
+        if problem := get_spec(kind).extra_args_problem(launch["extra_args"]):
+            raise PolicyError(problem)
 
 
 def _check_host_path(config: AgentConfig, host: str) -> None:

@@ -48,6 +48,18 @@ class EngineSpec:
     def classify_health(self, status: int | None, body: bytes | None) -> str:
         return _value(self.spec.classify_health(status, body))
 
+    def extra_args_problem(self, extra_args: Any) -> str | None:
+        """Why this engine's allow-list refuses ``extra_args`` (naming the argument), or
+        None; a value that is no list of strings is a ValueError."""
+        from engines.catalog import UnsupportedOption
+
+        cfg = launch_config({"model": "x", "extra_args": extra_args})
+        try:
+            self.spec.extra_args(cfg)
+        except UnsupportedOption as exc:
+            return str(exc)
+        return None
+
     def native_command(self, launch: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         """Flags and environment of the engine run bare (the process runtime)."""
         cfg = launch_config(launch)

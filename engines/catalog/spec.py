@@ -12,6 +12,7 @@ import re
 import shlex
 from collections.abc import Mapping
 
+from engines.catalog.flags import Flag, checked_extra_args
 from engines.catalog.types import (
     PLATFORMS,
     EngineKind,
@@ -75,14 +76,22 @@ class EngineSpec:
     """Regexes whose first group is the KV capacity in tokens (last match wins)."""
     tp_engine: bool = True
     """Needs ``ipc: host`` (NCCL shared memory) when sharded."""
+    extra_flags: tuple[Flag, ...] = ()
+    """The tuning flags ``LaunchConfig.extra_args`` may carry (see engines.catalog.flags);
+    never one that binds, names a path, loads a model or that ``_flags`` renders."""
 
     # -- launch ------------------------------------------------------------
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         raise NotImplementedError
 
+    def extra_args(self, cfg: LaunchConfig) -> list[str]:
+        """``cfg.extra_args`` as the engine receives them; UnsupportedOption naming
+        the first one ``extra_flags`` does not allow."""
+        return checked_extra_args(self.display_name, self.extra_flags, cfg.extra_args)
+
     def command_args(self, cfg: LaunchConfig) -> list[str]:
         """The engine's argv after its entrypoint, listening on ``cfg.port``."""
-        return [*self._flags(cfg, cfg.port), *cfg.extra_args]
+        return [*self._flags(cfg, cfg.port), *self.extra_args(cfg)]
 
     def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
         """Environment the engine reads its settings from (Ollama); most use flags."""
@@ -150,7 +159,7 @@ class EngineSpec:
         return env
 
     def _compose_extra_env(self, cfg: LaunchConfig, platform: str) -> dict[str, str]:
-        args = [*self._flags(cfg, self.container_port), *cfg.extra_args]
+        args = [*self._flags(cfg, self.container_port), *self.extra_args(cfg)]
         return {"ENGINE_ARGS": shlex.join(args)}
 
     # -- health ------------------------------------------------------------

@@ -57,7 +57,8 @@ class LaunchConfig:
     image: str | None = None
     """Overrides the spec's image (e.g. a pinned or locally built tag)."""
     extra_args: tuple[str, ...] = ()
-    """Appended verbatim after the rendered flags."""
+    """Tuning flags the engine's spec allows (``EngineSpec.extra_flags``), appended
+    after the rendered ones."""
 
     def __post_init__(self) -> None:
         problems: list[str] = []

@@ -1,0 +1,115 @@
+"""What a start request may carry, over real HTTP on loopback: extra arguments pass
+each engine's allow-list, for both runtimes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.client import AgentClient, AgentError
+from agents.config import AgentConfig
+from agents.embedded import embedded_agent
+from agents.security import AuditLog
+from engines.catalog import ALL_SPECS, LaunchConfig, UnsupportedOption, get_spec
+
+
+@pytest.fixture
+async def native_agent(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> AsyncIterator[tuple[str, AgentClient, AgentConfig]]:
+    """An agent whose process runtime may run llama.cpp (a binary that exits at once:
+    every request here must be refused before it would run)."""
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "tiny.gguf").write_bytes(b"GGUF")
+    config = make_config(
+        native_binaries={"llamacpp": Path("/bin/false")},
+        model_dirs=(models,),
+        allowed_engines=frozenset({"llamacpp", "sim"}),
+    )
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        yield url, client, config
+
+
+async def refused(client: AgentClient, status: int, *args: Any, **kwargs: Any) -> str:
+    """Start with these arguments: refused with ``status``, nothing recorded."""
+    with pytest.raises(AgentError) as info:
+        await client.start(*args, **kwargs)
+    assert info.value.status == status, info.value.message
+    assert await client.engines() == []
+    assert [e.kind for e in await client.recent_events()] == []  # nothing ran
+    return info.value.message
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--host", "0.0.0.0"], "'--host' is refused"),
+        (["--host=0.0.0.0"], "'--host=0.0.0.0' is refused"),
+        (["--port", "80"], "'--port' is refused"),
+        (["-m", "/etc/shadow"], "'-m' is refused"),
+        (["--log-file", "/etc/cron.d/x"], "'--log-file' is refused"),
+        (["--api-key-file", "/etc/shadow"], "'--api-key-file' is refused"),
+        (["/etc/shadow"], "'/etc/shadow' is refused"),
+        (["--threads", "2", "-t", "3"], "-t is given twice"),
+        (["--threads=two"], "--threads 'two': the value must be an integer in 1..1024"),
+        (["--threads"], "--threads needs a value"),
+        (["--no-warmup=1"], "--no-warmup takes no value"),
+        (["--flash-attn", "maybe"], "must be one of on, off, auto"),
+    ],
+)
+async def test_extra_args_pass_the_engines_allow_list(
+    native_agent: tuple[str, AgentClient, AgentConfig], extra: list[str], words: str
+) -> None:
+    _, client, config = native_agent
+    launch = {"model": "tiny.gguf", "extra_args": extra}
+    for runtime in ("process", "compose"):
+        message = await refused(client, 403, "llamacpp", launch, runtime=runtime)
+        assert words in message
+    if "refused" in words:  # the refusal says what is allowed instead
+        assert "--threads" in message and "--batch-size" in message
+    entries = [e for e in AuditLog(config.audit_log).entries() if e["action"] == "start"]
+    assert [e["outcome"] for e in entries] == ["refused", "refused"]
+
+
+def test_allowed_extra_args_reach_the_command_line_split_and_checked() -> None:
+    spec = get_spec("llamacpp")
+    cfg = LaunchConfig(model="/m.gguf", extra_args=("--threads=2", "-b", "64", "--no-warmup"))
+    args = spec.command_args(cfg)
+    assert args[-5:] == ["--threads", "2", "-b", "64", "--no-warmup"]
+    assert args.count("--host") == 1 and args.count("--port") == 1
+    # The compose runtime renders through the same allow-list.
+    bad = replace(cfg, extra_args=("--host", "0.0.0.0"))
+    with pytest.raises(UnsupportedOption, match="'--host' is refused"):
+        spec.compose_env(bad, deployment_id="d1", node="n", platform="nvidia")
+    with pytest.raises(UnsupportedOption, match="takes no extra_args"):
+        spec.compose_env(cfg, deployment_id="d1", node="n", platform="cpu")
+
+
+FULL = LaunchConfig(
+    model="m", context_len=512, gpu_mem_fraction=0.5, quantization="q", max_num_seqs=2,
+    api_key="k", tensor_parallel=2, pipeline_parallel=2,
+)  # fmt: skip
+NEVER = {
+    "--host", "--hostname", "--server-name", "--port", "--server-port", "-m", "--model",
+    "--model-path", "--model-id", "--log-file", "--api-key", "--api-key-file", "--ssl-keyfile",
+    "--ssl-certfile", "--download-dir", "--trust-remote-code", "--chat-template", "--tokenizer",
+    "--lora", "--mmproj", "--path", "--slot-save-path", "-hf", "--load-format",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.kind.value)
+def test_no_engine_allows_a_flag_that_binds_loads_or_repeats_a_rendered_one(spec: Any) -> None:
+    allowed = {name for flag in spec.extra_flags for name in flag.names}
+    assert not allowed & NEVER
+    rendered: set[str] = set()
+    for cfg in (FULL, replace(FULL, pipeline_parallel=1), LaunchConfig(model="m")):
+        try:
+            rendered |= set(spec.command_args(cfg))
+        except UnsupportedOption:
+            continue
+    assert rendered and not allowed & rendered  # a LaunchConfig field sets those
