@@ -110,13 +110,42 @@ async def engine(request: web.Request) -> web.Response:
     return web.json_response(to_dict(dep.info()))
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", bool: "true or false"}
+START_FIELDS: dict[str, type] = {
+    "kind": str,
+    "config": dict,
+    "gpus": list,
+    "options": dict,
+    "runtime": str,
+    "wait": bool,
+}
+SWAP_FIELDS: dict[str, type] = {"config": dict, "kind": str, "options": dict}
+
+
+async def _body(request: web.Request, fields: dict[str, type]) -> dict[str, Any]:
+    """The JSON object of a control request; any field it does not know, or of the wrong
+    type, is refused (400) before anything happens: nothing is silently dropped."""
     try:
         data = await request.json()
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManagerError(400, f"the body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ManagerError(400, "the body must be a JSON object")
+    if unknown := sorted(set(data) - set(fields)):
+        raise ManagerError(
+            400,
+            f"unknown field(s) {', '.join(unknown)}: nothing was done "
+            f"(known fields: {', '.join(fields)})",
+        )
+    for name, kind in fields.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise ManagerError(
+                400, f"{name} must be {_TYPE_NAMES[kind]}, not {type(value).__name__}"
+            )
+    gpus = data.get("gpus")
+    if gpus is not None and not all(type(g) is int and g >= 0 for g in gpus):
+        raise ManagerError(400, "gpus must be a list of GPU indices (non-negative integers)")
     return data
 
 
@@ -148,17 +177,17 @@ def _audited(action: str) -> Callable[[Handler], Handler]:
 
 @_audited("start")
 async def start(request: web.Request) -> web.StreamResponse:
-    body = await _body(request)
+    body = await _body(request, START_FIELDS)
     kind = body.get("kind")
-    if not isinstance(kind, str):
+    if kind is None:
         raise ManagerError(400, "a start request needs 'kind' (e.g. \"llamacpp\")")
     dep = await request.app[MANAGER].start(
         kind,
-        dict(body.get("config") or {}),
+        body.get("config") or {},
         body.get("gpus"),
-        options=dict(body.get("options") or {}),
+        options=body.get("options") or {},
         runtime=body.get("runtime"),
-        wait=bool(body.get("wait", True)),
+        wait=body.get("wait", True),
     )
     if dep.state in ("ready", "starting", "loading"):
         return web.json_response(to_dict(dep.info()), status=201)
@@ -175,12 +204,12 @@ async def stop(request: web.Request) -> web.StreamResponse:
 
 @_audited("swap")
 async def swap(request: web.Request) -> web.StreamResponse:
-    body = await _body(request)
+    body = await _body(request, SWAP_FIELDS)
     dep = await request.app[MANAGER].swap(
         request.match_info["id"],
-        dict(body.get("config") or {}),
+        body.get("config") or {},
         kind=body.get("kind"),
-        options=None if body.get("options") is None else dict(body["options"]),
+        options=body.get("options"),
     )
     return web.json_response(to_dict(dep.info()))
 

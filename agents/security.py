@@ -50,9 +50,14 @@ class PolicyError(Exception):
     """A start request the agent refuses; the message says why and what is allowed."""
 
 
+OPTION_KEYS = ("model_dir", "pid", "ipc", "network_mode", "privileged", "cap_add", "volumes")
+"""What a start request's ``options`` may hold: the host directory mounted for models,
+and the container settings the policy judges (most of them only to refuse)."""
+
+
 def _under(path: Path, roots: Iterable[Path]) -> bool:
     resolved = path.resolve()
-    return any(resolved.is_relative_to(root.resolve()) for root in roots)
+    return any(resolved.is_relative_to(root.expanduser().resolve()) for root in roots)
 
 
 def check_start_request(
@@ -63,10 +68,18 @@ def check_start_request(
     *,
     declared: Mapping[str, str] | None = None,
     default_image: str | None = None,
-) -> None:
-    """Refuse what the operator did not allow.  ``declared`` holds the engine's
-    Compose file's own ``pid`` / ``ipc`` modes (vLLM declares ``ipc: host``)."""
+    model_on_host: bool = False,
+) -> dict[str, Any]:
+    """Refuse what the operator did not allow; return the launch settings the engine is
+    given.  ``declared`` holds the engine's Compose file's own ``pid`` / ``ipc`` modes
+    (vLLM declares ``ipc: host``); ``model_on_host``: a native engine opens ``model`` on
+    this host, so it is resolved inside the model directories."""
     declared = declared or {}
+    if unknown := sorted(set(options) - set(OPTION_KEYS)):
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)}: nothing was started "
+            f"(known options: {', '.join(OPTION_KEYS)})"
+        )
     if kind not in config.allowed_engines:
         allowed = ", ".join(sorted(config.allowed_engines)) or "none"
         raise PolicyError(f"engine {kind!r} is not allow-listed on this agent (allowed: {allowed})")
@@ -97,9 +110,6 @@ def check_start_request(
     host_paths = [str(m).split(":", 1)[0] for m in options.get("volumes", ()) or ()]
     if options.get("model_dir"):
         host_paths.append(str(options["model_dir"]))
-    model = launch.get("model")
-    if isinstance(model, str) and model.startswith("/") and options.get("model_on_host"):
-        host_paths.append(model)
     for host in host_paths:
         _check_host_path(config, host)
     if options.get("volumes"):
@@ -110,6 +120,28 @@ def check_start_request(
     if launch.get("extra_args"):
         if problem := get_spec(kind).extra_args_problem(launch["extra_args"]):
             raise PolicyError(problem)
+    if model_on_host and "model" in launch:
+        return {**launch, "model": host_model_path(config, launch["model"])}
+    return dict(launch)
+
+
+def host_model_path(config: AgentConfig, model: object) -> str:
+    """The file a native engine opens for ``model``: ``~`` expanded, a relative path
+    taken inside the model directories, symlinks resolved; refused anywhere else (the
+    engine runs as root, and relative paths would otherwise follow the agent's cwd)."""
+    if not isinstance(model, str) or not model:
+        raise ValueError("model must be a path inside the model directories")
+    path = Path(model).expanduser()
+    candidates = (
+        [path] if path.is_absolute() else [d.expanduser() / path for d in config.model_dirs]
+    )
+    inside = [c.resolve() for c in candidates if _under(c, config.model_dirs)]
+    if not inside:
+        dirs = ", ".join(str(d) for d in config.model_dirs) or "none configured"
+        raise PolicyError(
+            f"model {model!r} is outside the model directories ({dirs}; add one with --model-dir)"
+        )
+    return str(next((p for p in inside if p.exists()), inside[0]))
 
 
 def _check_host_path(config: AgentConfig, host: str) -> None:

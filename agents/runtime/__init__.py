@@ -74,6 +74,11 @@ class ExitCallback(Protocol):
 class Runtime(Protocol):
     name: str
 
+    def check(self, dep: Deployment) -> None:
+        """Raise RuntimeError_ with the reason ``start`` would refuse ``dep`` (what it
+        renders, a missing binary), before anything runs: a refused start leaves no
+        record and a refused swap stops nothing."""
+
     async def start(self, dep: Deployment) -> None:
         """Bring the engine up (not yet healthy); raise RuntimeError_ with the reason."""
 

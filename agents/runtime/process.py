@@ -51,20 +51,28 @@ class ProcessRuntime:
     def log_path(self, dep: Deployment) -> Path:
         return self.log_dir / f"{dep.id}.log"
 
-    async def start(self, dep: Deployment) -> None:
+    def _command(self, dep: Deployment) -> tuple[list[str], dict[str, str]]:
         binary = self.config.native_binaries.get(dep.kind)
         if binary is None:
             known = ", ".join(sorted(self.config.native_binaries)) or "none"
             raise RuntimeError_(
                 f"no native binary configured for {dep.kind!r} (configured: {known}; see --native)"
             )
-        argv, env = command_for(binary, dep)
-        proc = self._spawn(argv, env, self.log_path(dep), binary)
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise RuntimeError_(f"the native binary for {dep.kind!r}, {binary}, is not executable")
+        return command_for(binary, dep)
+
+    def check(self, dep: Deployment) -> None:
+        self._command(dep)
+
+    async def start(self, dep: Deployment) -> None:
+        argv, env = self._command(dep)
+        proc = self._spawn(argv, env, self.log_path(dep))
         self._procs[dep.id] = proc
         self.state.save(dep, pid=proc.pid, argv=argv)
 
     def _spawn(
-        self, argv: list[str], env: dict[str, str], log_path: Path, binary: Path
+        self, argv: list[str], env: dict[str, str], log_path: Path
     ) -> subprocess.Popen[bytes]:
         # A session of its own: the engine outlives an agent restart and is adopted again.
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +87,7 @@ class ProcessRuntime:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise RuntimeError_(f"cannot run {binary}: {exc.strerror}") from exc
+                raise RuntimeError_(f"cannot run {argv[0]}: {exc.strerror}") from exc
 
     def _pid(self, dep: Deployment) -> int | None:
         if dep.id in self._procs:

@@ -111,6 +111,7 @@ class OllamaSpec(EngineSpec):
     tp_engine = False
     metrics_path = "/api/ps"
     metrics_format = "ollama_ps"
+    model_is_path = False  # `ollama serve` loads nothing; models are pulled by name
     exact_length_style = None  # num_predict caps, nothing forces past EOS
     kv_log_patterns = (r"\bn_ctx\s*=\s*(\d+)",)
 

@@ -79,6 +79,9 @@ class EngineSpec:
     extra_flags: tuple[Flag, ...] = ()
     """The tuning flags ``LaunchConfig.extra_args`` may carry (see engines.catalog.flags);
     never one that binds, names a path, loads a model or that ``_flags`` renders."""
+    model_is_path: bool = True
+    """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
+    instead pulls models by name into its own store)."""
 
     # -- launch ------------------------------------------------------------
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:

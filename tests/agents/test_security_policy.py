@@ -1,5 +1,6 @@
-"""What a start request may carry, over real HTTP on loopback: extra arguments pass
-each engine's allow-list, for both runtimes."""
+"""What a start or swap request may carry, over real HTTP on loopback: extra arguments
+pass each engine's allow-list, native model paths stay inside the model directories,
+and unknown fields and ill-typed values are refused before any record exists."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from agents.client import AgentClient, AgentError
@@ -15,6 +17,10 @@ from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.security import AuditLog
 from engines.catalog import ALL_SPECS, LaunchConfig, UnsupportedOption, get_spec
+
+from .conftest import TOKEN
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
@@ -113,3 +119,99 @@ def test_no_engine_allows_a_flag_that_binds_loads_or_repeats_a_rendered_one(spec
         except UnsupportedOption:
             continue
     assert rendered and not allowed & rendered  # a LaunchConfig field sets those
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["../../../../etc/hostname", "~/.ssh/id_rsa", "/etc/shadow", "link-out.gguf", "/"],
+)
+async def test_native_model_paths_resolve_inside_the_model_dirs(
+    native_agent: tuple[str, AgentClient, AgentConfig], model: str
+) -> None:
+    _, client, config = native_agent
+    (config.model_dirs[0] / "link-out.gguf").symlink_to("/etc/hostname")
+    message = await refused(client, 403, "llamacpp", {"model": model}, runtime="process")
+    assert f"model {model!r} is outside the model directories" in message
+
+
+async def test_a_relative_native_model_is_given_to_the_engine_inside_the_model_dir(
+    native_agent: tuple[str, AgentClient, AgentConfig],
+) -> None:
+    _, client, config = native_agent
+    with pytest.raises(AgentError) as info:  # the stand-in binary exits: 502, as it should
+        await client.start("llamacpp", {"model": "tiny.gguf"}, runtime="process")
+    assert info.value.status == 502
+    (engine,) = await client.engines()
+    assert engine.config["model"] == str((config.model_dirs[0] / "tiny.gguf").resolve())
+    await client.stop(engine.id)
+
+
+async def post(url: str, path: str, body: Any) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url + path, json=body, headers=AUTH) as resp,
+    ):
+        return resp.status, (await resp.json())["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (
+            {"options": {"devices": ["/dev/sda"]}},
+            "unknown option(s) devices: nothing was started (known options: model_dir,",
+        ),
+        ({"options": {"security_opt": ["seccomp=unconfined"]}}, "unknown option(s) security_opt"),
+        ({"privileged": True}, "unknown field(s) privileged: nothing was done (known fields: kind"),
+        ({"gpus": ["0\n1"]}, "gpus must be a list of GPU indices (non-negative integers)"),
+        ({"gpus": "0"}, "gpus must be a list, not str"),
+        ({"wait": "no"}, "wait must be true or false, not str"),
+        ({"options": ["model_dir"]}, "options must be an object, not list"),
+    ],
+)
+async def test_unknown_or_ill_typed_start_fields_are_refused(
+    native_agent: tuple[str, AgentClient, AgentConfig], body: dict[str, Any], words: str
+) -> None:
+    url, client, _ = native_agent
+    request = {"kind": "sim", "config": {"profile": "h100-llama2-7b-vllm"}, **body}
+    status, message = await post(url, "/v1/engines", request)
+    assert (status, words in message) == (400, True), message
+    assert await client.engines() == []
+
+
+@pytest.mark.parametrize(
+    ("config", "words"),
+    [
+        ({"gpu_ids": ["0\n…"]}, "gpu_ids must be a list of GPU indices (integers)"),
+        ({"gpu_ids": "01"}, "gpu_ids must be a list of GPU indices (integers)"),
+        ({"port": "8080"}, "port must be an integer, not str"),
+        ({"context_len": True}, "context_len must be an integer, not bool"),
+        ({"extra_args": "--threads 2"}, "extra_args must be a list of strings"),
+        ({"model": "/models/$(id).gguf"}, "MODEL would contain ['$']"),
+        ({"model": "/models/`id`.gguf"}, "MODEL would contain ['`']"),
+    ],
+)
+async def test_bad_launch_values_are_refused_before_a_record_exists(
+    native_agent: tuple[str, AgentClient, AgentConfig], config: dict[str, Any], words: str
+) -> None:
+    _, client, _ = native_agent
+    launch = {"model": "/models/tiny.gguf", **config}
+    message = await refused(client, 400, "llamacpp", launch, runtime="compose")
+    assert words in message
+    assert "not supported between" not in message  # not a Python error
+
+
+async def test_swap_refuses_unknown_fields_and_extra_args_before_stopping(
+    native_agent: tuple[str, AgentClient, AgentConfig],
+) -> None:
+    url, client, _ = native_agent
+    engine = await client.start("sim", {"profile": "h100-llama2-7b-vllm"})
+    swap = f"/v1/engines/{engine.id}/swap"
+    status, message = await post(url, swap, {"config": {}, "privileged": True})
+    assert status == 400 and "unknown field(s) privileged" in message
+    status, message = await post(url, swap, {"config": {}, "options": {"devices": []}})
+    assert status == 400 and "unknown option(s) devices" in message
+    (still,) = await client.engines()
+    assert (still.id, still.health) == (engine.id, "healthy")
+    assert [e.kind for e in await client.recent_events()] == ["starting", "started", "healthy"]
+    await client.stop(engine.id)
