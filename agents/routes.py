@@ -19,6 +19,21 @@ from agents.security import PolicyError
 from agents.specs import UnknownEngine
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+AUDIT_DETAILS = web.RequestKey("audit_details", dict[str, Any])
+"""What a control handler learnt for the audit record (the deployment it started...)."""
+
+
+def error_answer(exc: Exception) -> tuple[int, str] | None:
+    """The status and message a refusal or failure answers with; None for a bug."""
+    if isinstance(exc, PolicyError):
+        return 403, str(exc)
+    if isinstance(exc, ManagerError):
+        return exc.status, str(exc)
+    if isinstance(exc, UnknownEngine):
+        return 400, str(exc)
+    if isinstance(exc, (ValueError, TypeError, KeyError)):
+        return 400, f"bad request: {exc}"
+    return None
 
 
 @web.middleware
@@ -26,14 +41,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     """Refusals and failures answer JSON ``{"error": ...}`` in the agent's own words."""
     try:
         return await handler(request)
-    except PolicyError as exc:
-        return web.json_response({"error": str(exc)}, status=403)
-    except ManagerError as exc:
-        return web.json_response({"error": str(exc)}, status=exc.status)
-    except UnknownEngine as exc:
-        return web.json_response({"error": str(exc)}, status=400)
-    except (ValueError, TypeError, KeyError) as exc:
-        return web.json_response({"error": f"bad request: {exc}"}, status=400)
+    except Exception as exc:
+        answer = error_answer(exc)
+        if answer is None:
+            raise
+        return web.json_response({"error": answer[1]}, status=answer[0])
 
 
 def _since(request: web.Request) -> int | None:
@@ -150,24 +162,28 @@ async def _body(request: web.Request, fields: dict[str, type]) -> dict[str, Any]
 
 
 def _audited(action: str) -> Callable[[Handler], Handler]:
-    """Record every control action, refused ones too, with its outcome."""
+    """Record every control action, refused ones too, with its outcome as the caller saw
+    it (the status answered) and the deployment it concerned."""
 
     def wrap(fn: Handler) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
             audit = request.app[AUDIT]
-            target = request.match_info.get("id")
             try:
                 response = await fn(request)
             except Exception as exc:
+                status, reason = error_answer(exc) or (500, repr(exc))
                 audit.record(
                     action,
                     request.remote,
                     "refused" if isinstance(exc, PolicyError) else "failed",
-                    engine=target,
-                    reason=str(exc),
+                    engine=request.match_info.get("id"),
+                    status=status,
+                    reason=reason,
                 )
                 raise
-            audit.record(action, request.remote, "ok", engine=target, status=response.status)
+            details = {"engine": request.match_info.get("id"), **request.get(AUDIT_DETAILS, {})}
+            outcome = "ok" if response.status < 400 else "failed"
+            audit.record(action, request.remote, outcome, status=response.status, **details)
             return response
 
         return handler
@@ -189,10 +205,12 @@ async def start(request: web.Request) -> web.StreamResponse:
         runtime=body.get("runtime"),
         wait=body.get("wait", True),
     )
+    request[AUDIT_DETAILS] = {"engine": dep.id}
     if dep.state in ("ready", "starting", "loading"):
         return web.json_response(to_dict(dep.info()), status=201)
     # Kept in the engine list (state crashed, with the reason) until stopped.
     error = f"{dep.kind} {dep.id} did not start: {dep.message}"
+    request[AUDIT_DETAILS]["reason"] = error
     return web.json_response({"error": error, "engine": to_dict(dep.info())}, status=502)
 
 

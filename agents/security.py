@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -26,8 +28,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def token_ok(header: str | None, token: str) -> bool:
     if not header or not header.startswith("Bearer "):
         return False
+    try:
+        presented = header[7:].strip().encode()
+    except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp keeps them as surrogates)
+        return False
     # Constant time, so response timing does not leak the token prefix.
-    return hmac.compare_digest(header[7:].strip().encode(), token.encode())
+    return hmac.compare_digest(presented, token.encode())
 
 
 def auth_middleware(token: str) -> Middleware:
@@ -53,6 +59,14 @@ class PolicyError(Exception):
 OPTION_KEYS = ("model_dir", "pid", "ipc", "network_mode", "privileged", "cap_add", "volumes")
 """What a start request's ``options`` may hold: the host directory mounted for models,
 and the container settings the policy judges (most of them only to refuse)."""
+
+SECRET_CONFIG_KEYS = frozenset({"api_key"})
+"""Launch settings the API never shows back (engine lists, start and swap answers)."""
+
+
+def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A launch config as the API shows it: secrets replaced, their presence kept."""
+    return {k: "<redacted>" if k in SECRET_CONFIG_KEYS and v else v for k, v in config.items()}
 
 
 def _under(path: Path, roots: Iterable[Path]) -> bool:
@@ -157,12 +171,33 @@ def _check_host_path(config: AgentConfig, host: str) -> None:
         )
 
 
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can list or enter (0700, tightened where an
+    older agent left it open): the state dir holds API keys, engine logs, the audit log."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def open_private(path: Path, mode: str) -> IO[Any]:
+    """Open ``path`` for writing, readable by its owner only (0600, tightened where an
+    older agent created it with the umask's bits)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class AuditLog:
     """One JSON line per control action (who, what, outcome); never the token."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
 
     def record(self, action: str, remote: str | None, outcome: str, **details: Any) -> None:
         entry = {
@@ -173,11 +208,9 @@ class AuditLog:
             **details,
         }
         try:
-            with self.path.open("a") as fh:
+            with open_private(self.path, "a") as fh:
                 fh.write(json.dumps(entry, default=str) + "\n")
         except OSError as exc:  # a full disk must not stop the control action's answer
-            import logging
-
             logging.getLogger(__name__).error("audit log %s: %s", self.path, exc)
 
     def entries(self) -> list[dict[str, Any]]:

@@ -67,10 +67,8 @@ class EngineSpec:
 
     def native_command(self, launch: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         """Flags and environment of the engine run bare (the process runtime)."""
-        cfg = launch_config(launch)
-        env_fn = getattr(self.spec, "process_env", None)
-        env = {str(k): str(v) for k, v in env_fn(cfg).items()} if env_fn else {}
-        return [str(a) for a in self.spec.command_args(cfg)], env
+        args, env = self.spec.native_command(launch_config(launch))
+        return [str(a) for a in args], {str(k): str(v) for k, v in env.items()}
 
     def parse_metrics(self, payload: str | bytes) -> EngineSample:
         sample: EngineSample = self.spec.parse_metrics(payload)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agents.protocol import EngineInfo
+from agents.security import redacted
 
 
 @dataclass(slots=True)
@@ -52,7 +53,7 @@ class Deployment:
             url=self.url,
             port=self.port,
             gpu_ids=self.gpu_ids,
-            config=dict(self.config),
+            config=redacted(self.config),
             simulated=self.simulated,
             started_at=self.started_at,
             message=self.message,

@@ -30,6 +30,7 @@ class VllmSpec(EngineSpec):
     entrypoint = ("python3", "-m", "vllm.entrypoints.openai.api_server")
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
+    api_key_env = "VLLM_API_KEY"
     extra_flags = (
         integer("--seed", low=0, high=(1 << 32) - 1),
         integer("--max-num-batched-tokens", low=1, high=1 << 24),

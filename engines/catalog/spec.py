@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 
 from engines.catalog.flags import Flag, checked_extra_args
 from engines.catalog.types import (
@@ -82,6 +83,9 @@ class EngineSpec:
     model_is_path: bool = True
     """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
     instead pulls models by name into its own store)."""
+    api_key_env: str | None = None
+    """The variable the engine reads its API key from: run bare, the key goes there
+    rather than onto the command line, which every local user can read in /proc."""
 
     # -- launch ------------------------------------------------------------
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
@@ -95,6 +99,17 @@ class EngineSpec:
     def command_args(self, cfg: LaunchConfig) -> list[str]:
         """The engine's argv after its entrypoint, listening on ``cfg.port``."""
         return [*self._flags(cfg, cfg.port), *self.extra_args(cfg)]
+
+    def native_command(self, cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+        """Argv and environment of the engine run bare: the API key travels in the
+        environment where the engine reads it from there."""
+        if cfg.api_key is None or self.api_key_env is None:
+            return self.command_args(cfg), self.process_env(cfg)
+        keyless = replace(cfg, api_key=None)
+        return self.command_args(keyless), {
+            **self.process_env(keyless),
+            self.api_key_env: cfg.api_key,
+        }
 
     def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
         """Environment the engine reads its settings from (Ollama); most use flags."""

@@ -1,9 +1,11 @@
 """What a start or swap request may carry, over real HTTP on loopback: extra arguments
 pass each engine's allow-list, native model paths stay inside the model directories,
-and unknown fields and ill-typed values are refused before any record exists."""
+unknown fields and ill-typed values are refused before any record exists, and a token
+that is not UTF-8 is just a wrong token."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -215,3 +217,31 @@ async def test_swap_refuses_unknown_fields_and_extra_args_before_stopping(
     assert (still.id, still.health) == (engine.id, "healthy")
     assert [e.kind for e in await client.recent_events()] == ["starting", "started", "healthy"]
     await client.stop(engine.id)
+
+
+async def raw_request(url: str, head: bytes) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(4096), timeout=10)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+@pytest.mark.parametrize("route", [b"GET /v1/node", b"POST /v1/engines", b"GET /metrics"])
+async def test_a_token_that_is_not_utf8_is_a_wrong_token(
+    native_agent: tuple[str, AgentClient, AgentConfig], route: bytes
+) -> None:
+    url, client, _ = native_agent
+    head = (
+        route
+        + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe"
+        + (TOKEN.encode() + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    )
+    answer = await raw_request(url, head)
+    assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert b"missing or wrong bearer token" in answer
+    assert await client.engines() == []
