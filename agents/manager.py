@@ -208,16 +208,15 @@ class EngineManager:
             except RuntimeError_ as exc:
                 raise ManagerError(400, str(exc)) from None
         else:
-            if runtime_name == "process":  # a native engine reads its model from the host
-                options = {**options, "model_on_host": True}
             spec = get_spec(kind)
-            check_start_request(
+            launch = check_start_request(
                 self.config,
                 kind,
                 launch,
                 options,
                 declared=spec.declared_namespaces(self.platform),
                 default_image=spec.default_image(self.platform),
+                model_on_host=runtime_name == "process" and spec.model_is_path,
             )
             launch_config({"model": "x", **launch})  # the catalog's own refusals, early
         launch = dict(launch)
@@ -226,9 +225,8 @@ class EngineManager:
         gpu_ids = tuple(gpus if gpus is not None else launch.get("gpu_ids") or ())
         if runtime_name != "sim":
             launch["gpu_ids"] = list(gpu_ids)
-        dep_id = uuid.uuid4().hex[:10]
-        return Deployment(
-            id=dep_id,
+        dep = Deployment(
+            id=uuid.uuid4().hex[:10],
             kind=kind,
             runtime=runtime_name,
             config=launch,
@@ -237,6 +235,11 @@ class EngineManager:
             simulated=runtime_name == "sim",
             options={k: v for k, v in options.items() if k == "model_dir"},
         )
+        try:  # what the runtime would refuse, before a record exists or a swap stops anything
+            self.runtimes[runtime_name].check(dep)
+        except RuntimeError_ as exc:
+            raise ManagerError(400, str(exc)) from None
+        return dep
 
     async def start(
         self,

@@ -19,6 +19,21 @@ from agents.security import PolicyError
 from agents.specs import UnknownEngine
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+AUDIT_DETAILS = web.RequestKey("audit_details", dict[str, Any])
+"""What a control handler learnt for the audit record (the deployment it started...)."""
+
+
+def error_answer(exc: Exception) -> tuple[int, str] | None:
+    """The status and message a refusal or failure answers with; None for a bug."""
+    if isinstance(exc, PolicyError):
+        return 403, str(exc)
+    if isinstance(exc, ManagerError):
+        return exc.status, str(exc)
+    if isinstance(exc, UnknownEngine):
+        return 400, str(exc)
+    if isinstance(exc, (ValueError, TypeError, KeyError)):
+        return 400, f"bad request: {exc}"
+    return None
 
 
 @web.middleware
@@ -26,14 +41,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     """Refusals and failures answer JSON ``{"error": ...}`` in the agent's own words."""
     try:
         return await handler(request)
-    except PolicyError as exc:
-        return web.json_response({"error": str(exc)}, status=403)
-    except ManagerError as exc:
-        return web.json_response({"error": str(exc)}, status=exc.status)
-    except UnknownEngine as exc:
-        return web.json_response({"error": str(exc)}, status=400)
-    except (ValueError, TypeError, KeyError) as exc:
-        return web.json_response({"error": f"bad request: {exc}"}, status=400)
+    except Exception as exc:
+        answer = error_answer(exc)
+        if answer is None:
+            raise
+        return web.json_response({"error": answer[1]}, status=answer[0])
 
 
 def _since(request: web.Request) -> int | None:
@@ -110,35 +122,68 @@ async def engine(request: web.Request) -> web.Response:
     return web.json_response(to_dict(dep.info()))
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", bool: "true or false"}
+START_FIELDS: dict[str, type] = {
+    "kind": str,
+    "config": dict,
+    "gpus": list,
+    "options": dict,
+    "runtime": str,
+    "wait": bool,
+}
+SWAP_FIELDS: dict[str, type] = {"config": dict, "kind": str, "options": dict}
+
+
+async def _body(request: web.Request, fields: dict[str, type]) -> dict[str, Any]:
+    """The JSON object of a control request; any field it does not know, or of the wrong
+    type, is refused (400) before anything happens: nothing is silently dropped."""
     try:
         data = await request.json()
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManagerError(400, f"the body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ManagerError(400, "the body must be a JSON object")
+    if unknown := sorted(set(data) - set(fields)):
+        raise ManagerError(
+            400,
+            f"unknown field(s) {', '.join(unknown)}: nothing was done "
+            f"(known fields: {', '.join(fields)})",
+        )
+    for name, kind in fields.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise ManagerError(
+                400, f"{name} must be {_TYPE_NAMES[kind]}, not {type(value).__name__}"
+            )
+    gpus = data.get("gpus")
+    if gpus is not None and not all(type(g) is int and g >= 0 for g in gpus):
+        raise ManagerError(400, "gpus must be a list of GPU indices (non-negative integers)")
     return data
 
 
 def _audited(action: str) -> Callable[[Handler], Handler]:
-    """Record every control action, refused ones too, with its outcome."""
+    """Record every control action, refused ones too, with its outcome as the caller saw
+    it (the status answered) and the deployment it concerned."""
 
     def wrap(fn: Handler) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:
             audit = request.app[AUDIT]
-            target = request.match_info.get("id")
             try:
                 response = await fn(request)
             except Exception as exc:
+                status, reason = error_answer(exc) or (500, repr(exc))
                 audit.record(
                     action,
                     request.remote,
                     "refused" if isinstance(exc, PolicyError) else "failed",
-                    engine=target,
-                    reason=str(exc),
+                    engine=request.match_info.get("id"),
+                    status=status,
+                    reason=reason,
                 )
                 raise
-            audit.record(action, request.remote, "ok", engine=target, status=response.status)
+            details = {"engine": request.match_info.get("id"), **request.get(AUDIT_DETAILS, {})}
+            outcome = "ok" if response.status < 400 else "failed"
+            audit.record(action, request.remote, outcome, status=response.status, **details)
             return response
 
         return handler
@@ -148,22 +193,24 @@ def _audited(action: str) -> Callable[[Handler], Handler]:
 
 @_audited("start")
 async def start(request: web.Request) -> web.StreamResponse:
-    body = await _body(request)
+    body = await _body(request, START_FIELDS)
     kind = body.get("kind")
-    if not isinstance(kind, str):
+    if kind is None:
         raise ManagerError(400, "a start request needs 'kind' (e.g. \"llamacpp\")")
     dep = await request.app[MANAGER].start(
         kind,
-        dict(body.get("config") or {}),
+        body.get("config") or {},
         body.get("gpus"),
-        options=dict(body.get("options") or {}),
+        options=body.get("options") or {},
         runtime=body.get("runtime"),
-        wait=bool(body.get("wait", True)),
+        wait=body.get("wait", True),
     )
+    request[AUDIT_DETAILS] = {"engine": dep.id}
     if dep.state in ("ready", "starting", "loading"):
         return web.json_response(to_dict(dep.info()), status=201)
     # Kept in the engine list (state crashed, with the reason) until stopped.
     error = f"{dep.kind} {dep.id} did not start: {dep.message}"
+    request[AUDIT_DETAILS]["reason"] = error
     return web.json_response({"error": error, "engine": to_dict(dep.info())}, status=502)
 
 
@@ -175,12 +222,12 @@ async def stop(request: web.Request) -> web.StreamResponse:
 
 @_audited("swap")
 async def swap(request: web.Request) -> web.StreamResponse:
-    body = await _body(request)
+    body = await _body(request, SWAP_FIELDS)
     dep = await request.app[MANAGER].swap(
         request.match_info["id"],
-        dict(body.get("config") or {}),
+        body.get("config") or {},
         kind=body.get("kind"),
-        options=None if body.get("options") is None else dict(body["options"]),
+        options=body.get("options"),
     )
     return web.json_response(to_dict(dep.info()))
 

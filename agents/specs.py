@@ -48,12 +48,27 @@ class EngineSpec:
     def classify_health(self, status: int | None, body: bytes | None) -> str:
         return _value(self.spec.classify_health(status, body))
 
+    @property
+    def model_is_path(self) -> bool:
+        """Run bare, the engine opens its model from the host's disk."""
+        return bool(self.spec.model_is_path)
+
+    def extra_args_problem(self, extra_args: Any) -> str | None:
+        """Why this engine's allow-list refuses ``extra_args`` (naming the argument), or
+        None; a value that is no list of strings is a ValueError."""
+        from engines.catalog import UnsupportedOption
+
+        cfg = launch_config({"model": "x", "extra_args": extra_args})
+        try:
+            self.spec.extra_args(cfg)
+        except UnsupportedOption as exc:
+            return str(exc)
+        return None
+
     def native_command(self, launch: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         """Flags and environment of the engine run bare (the process runtime)."""
-        cfg = launch_config(launch)
-        env_fn = getattr(self.spec, "process_env", None)
-        env = {str(k): str(v) for k, v in env_fn(cfg).items()} if env_fn else {}
-        return [str(a) for a in self.spec.command_args(cfg)], env
+        args, env = self.spec.native_command(launch_config(launch))
+        return [str(a) for a in args], {str(k): str(v) for k, v in env.items()}
 
     def parse_metrics(self, payload: str | bytes) -> EngineSample:
         sample: EngineSample = self.spec.parse_metrics(payload)
@@ -108,8 +123,9 @@ def launch_config(data: dict[str, Any]) -> Any:
             f"unknown launch settings: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
         )
     values = dict(data)
-    if "gpu_ids" in values and values["gpu_ids"] is not None:
-        values["gpu_ids"] = tuple(values["gpu_ids"])
-    if "extra_args" in values and values["extra_args"] is not None:
-        values["extra_args"] = tuple(values["extra_args"])
+    for name in ("gpu_ids", "extra_args"):  # JSON lists; anything else LaunchConfig refuses
+        if values.get(name) is None:
+            values.pop(name, None)
+        elif isinstance(values[name], list):
+            values[name] = tuple(values[name])
     return LaunchConfig(**values)

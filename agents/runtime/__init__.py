@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agents.protocol import EngineInfo
+from agents.security import redacted
 
 
 @dataclass(slots=True)
@@ -52,7 +53,7 @@ class Deployment:
             url=self.url,
             port=self.port,
             gpu_ids=self.gpu_ids,
-            config=dict(self.config),
+            config=redacted(self.config),
             simulated=self.simulated,
             started_at=self.started_at,
             message=self.message,
@@ -73,6 +74,11 @@ class ExitCallback(Protocol):
 
 class Runtime(Protocol):
     name: str
+
+    def check(self, dep: Deployment) -> None:
+        """Raise RuntimeError_ with the reason ``start`` would refuse ``dep`` (what it
+        renders, a missing binary), before anything runs: a refused start leaves no
+        record and a refused swap stops nothing."""
 
     async def start(self, dep: Deployment) -> None:
         """Bring the engine up (not yet healthy); raise RuntimeError_ with the reason."""

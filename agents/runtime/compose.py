@@ -121,6 +121,9 @@ class ComposeRuntime:
         env["DEPLOYMENT_ID"], env["NODE_NAME"] = dep.id, self.node
         return path, env
 
+    def check(self, dep: Deployment) -> None:
+        self.render(dep)
+
     async def start(self, dep: Deployment) -> None:
         path, env = self.render(dep)
         self.state.save(dep, compose_file=str(path), env=env)

@@ -19,20 +19,33 @@ import psutil
 from agents.config import AgentConfig
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
 from agents.runtime.state import StateStore, deployment_from_record
+from agents.security import open_private, private_dir
 from agents.specs import get_spec
+
+ENGINE_ENV = (
+    "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "CUDA_HOME", "HF_HOME", "HF_TOKEN", "OLLAMA_MODELS",
+)  # fmt: skip
+"""The agent's environment variables a native engine inherits; nothing else (never
+the agent's token, never a LLAMA_ARG_* or OLLAMA_HOST meant for something else).  The
+engine's own settings come from the catalog (``process_env``) on top."""
 
 
 def command_for(binary: Path, dep: Deployment) -> tuple[list[str], dict[str, str]]:
-    """The catalog's flags for the engine, bound to the deployment's own address."""
+    """The catalog's flags for the engine, bound to the deployment's own address, and
+    the whole environment it runs with."""
     try:
-        args, env = get_spec(dep.kind).native_command({**dep.config, "port": dep.port})
+        args, settings = get_spec(dep.kind).native_command({**dep.config, "port": dep.port})
     except ValueError as exc:  # LaunchConfig / UnsupportedOption refusals
         raise RuntimeError_(f"cannot launch {dep.kind}: {exc}") from exc
-    # The catalog binds 0.0.0.0 for containers; a bare process stays on the agent's address.
+    # The catalog binds 0.0.0.0 for containers; a bare process stays on the agent's address
+    # (extra_args cannot carry another --host: the catalog's allow-list refuses it).
     if "--host" in args:
         args[args.index("--host") + 1] = dep.host
-    if "OLLAMA_HOST" in env:
-        env["OLLAMA_HOST"] = f"{dep.host}:{dep.port}"
+    if "OLLAMA_HOST" in settings:
+        settings["OLLAMA_HOST"] = f"{dep.host}:{dep.port}"
+    env = {name: os.environ[name] for name in ENGINE_ENV if name in os.environ}
+    env.update(settings)
     if dep.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in dep.gpu_ids)
     return [str(binary), *args], env
@@ -51,35 +64,43 @@ class ProcessRuntime:
     def log_path(self, dep: Deployment) -> Path:
         return self.log_dir / f"{dep.id}.log"
 
-    async def start(self, dep: Deployment) -> None:
+    def _command(self, dep: Deployment) -> tuple[list[str], dict[str, str]]:
         binary = self.config.native_binaries.get(dep.kind)
         if binary is None:
             known = ", ".join(sorted(self.config.native_binaries)) or "none"
             raise RuntimeError_(
                 f"no native binary configured for {dep.kind!r} (configured: {known}; see --native)"
             )
-        argv, env = command_for(binary, dep)
-        proc = self._spawn(argv, env, self.log_path(dep), binary)
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise RuntimeError_(f"the native binary for {dep.kind!r}, {binary}, is not executable")
+        return command_for(binary, dep)
+
+    def check(self, dep: Deployment) -> None:
+        self._command(dep)
+
+    async def start(self, dep: Deployment) -> None:
+        argv, env = self._command(dep)
+        proc = self._spawn(argv, env, self.log_path(dep))
         self._procs[dep.id] = proc
         self.state.save(dep, pid=proc.pid, argv=argv)
 
     def _spawn(
-        self, argv: list[str], env: dict[str, str], log_path: Path, binary: Path
+        self, argv: list[str], env: dict[str, str], log_path: Path
     ) -> subprocess.Popen[bytes]:
         # A session of its own: the engine outlives an agent restart and is adopted again.
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as out:
+        private_dir(log_path.parent)
+        with open_private(log_path, "ab") as out:
             try:
                 return subprocess.Popen(
                     argv,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env={**os.environ, **env},
+                    env=env,
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise RuntimeError_(f"cannot run {binary}: {exc.strerror}") from exc
+                raise RuntimeError_(f"cannot run {argv[0]}: {exc.strerror}") from exc
 
     def _pid(self, dep: Deployment) -> int | None:
         if dep.id in self._procs:

@@ -35,13 +35,25 @@ class SimRuntime:
         except ProfileError as exc:
             raise RuntimeError_(str(exc)) from exc
 
+    def _faults(self, dep: Deployment) -> Any:
+        """Faults (crash_after, error_rate, load_time_s, ...) let a demo show failures."""
+        from sim import FaultConfig
+
+        faults = dep.config.get("faults")
+        try:
+            return FaultConfig(**faults) if faults else None
+        except (TypeError, ValueError) as exc:
+            raise RuntimeError_(f"simulator faults refused: {exc}") from exc
+
+    def check(self, dep: Deployment) -> None:
+        self._faults(dep)  # the profile was read by kind_of
+
     async def start(self, dep: Deployment) -> None:
-        from sim import FaultConfig, ProfileError, start_sim
+        from sim import ProfileError, start_sim
 
         cfg = dep.config
+        faults = self._faults(dep)
         try:
-            # Faults (crash_after, error_rate, load_time_s, ...) let a demo show failures.
-            faults = FaultConfig(**cfg["faults"]) if cfg.get("faults") else None
             running = await start_sim(
                 str(cfg["profile"]),
                 host=dep.host,

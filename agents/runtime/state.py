@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from agents.runtime import Deployment, RuntimeError_
+from agents.security import open_private, private_dir
 
 log = logging.getLogger(__name__)
 
 
 class StateStore:
     def __init__(self, state_dir: Path) -> None:
-        self.dir = state_dir / "deployments"
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Records hold launch settings (API keys): owner-only, as the rest of the state dir.
+        self.dir = private_dir(state_dir / "deployments")
 
     def _path(self, dep_id: str) -> Path:
         return self.dir / f"{dep_id}.json"
@@ -38,7 +39,8 @@ class StateStore:
         }
         tmp = self._path(dep.id).with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(record))
+            with open_private(tmp, "w") as fh:
+                fh.write(json.dumps(record))
             os.replace(tmp, self._path(dep.id))  # never a half-written record
         except OSError as exc:  # full disk, read-only state dir: refuse before starting
             tmp.unlink(missing_ok=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from engines.catalog.flags import choice, integer, switch
 from engines.catalog.servers import opt
 from engines.catalog.spec import EngineSpec
 from engines.catalog.types import EngineKind, LaunchConfig, UnsupportedOption
 
 RIG_IMAGE = "infer-top/llama-server:0.3.36-r1"
+_KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
 class LlamacppSpec(EngineSpec):
@@ -20,6 +22,25 @@ class LlamacppSpec(EngineSpec):
     # binds its port first and answers 503 "Loading model" while loading
     refuses_while_loading = False
     tp_engine = False
+    api_key_env = "LLAMA_API_KEY"
+    # common/arg.cpp spellings (llama.cpp takes "--flag value" only, never "--flag=value")
+    extra_flags = (
+        integer("-t", "--threads", low=1, high=1024),
+        integer("-tb", "--threads-batch", low=1, high=1024),
+        integer("--threads-http", low=1, high=1024),
+        integer("-b", "--batch-size", low=1, high=1 << 20),
+        integer("-ub", "--ubatch-size", low=1, high=1 << 20),
+        choice("-fa", "--flash-attn", values=("on", "off", "auto")),
+        choice("-ctk", "--cache-type-k", values=_KV_TYPES),
+        choice("-ctv", "--cache-type-v", values=_KV_TYPES),
+        switch("-cb", "--cont-batching"),
+        switch("-nocb", "--no-cont-batching"),
+        switch("-nkvo", "--no-kv-offload"),
+        integer("--cache-reuse", low=0, high=1 << 20),
+        integer("-s", "--seed", low=0, high=(1 << 32) - 1),
+        integer("-to", "--timeout", low=1, high=86400),
+        switch("--no-warmup"),
+    )
     kv_log_patterns = (
         r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = 'false'",
         r"n_ctx_slot = (\d+), kv_unified = 'true'",
@@ -62,6 +83,11 @@ class LlamacppSpec(EngineSpec):
         if platform != "cpu":
             return super()._compose_extra_env(cfg, platform)
         self._flags(cfg, self.container_port)  # same refusals as the GPU files
+        if cfg.extra_args:
+            raise UnsupportedOption(
+                f"{self.display_name}'s CPU Compose file spells its flags out and takes no "
+                "extra_args: run it natively (runtime process) to tune it"
+            )
         # compose/llama-server-cpu.yml spells its flags out; fill its variables
         cells = self.ctx_cells(cfg)
         env = {"MODEL_PATH": cfg.model, "PARALLEL": str(self.slots(cfg))}
@@ -86,6 +112,7 @@ class OllamaSpec(EngineSpec):
     tp_engine = False
     metrics_path = "/api/ps"
     metrics_format = "ollama_ps"
+    model_is_path = False  # `ollama serve` loads nothing; models are pulled by name
     exact_length_style = None  # num_predict caps, nothing forces past EOS
     kv_log_patterns = (r"\bn_ctx\s*=\s*(\d+)",)
 

@@ -5,6 +5,7 @@ Flag spellings are those of the pinned images' own argument parsers.
 
 from __future__ import annotations
 
+from engines.catalog.flags import choice, integer, number, switch
 from engines.catalog.spec import EngineSpec
 from engines.catalog.types import EngineKind, LaunchConfig
 
@@ -12,6 +13,9 @@ from engines.catalog.types import EngineKind, LaunchConfig
 def opt(flag: str, value: object | None) -> list[str]:
     """``[flag, str(value)]`` when the option is set, else nothing (engine default)."""
     return [] if value is None else [flag, str(value)]
+
+
+_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 
 class VllmSpec(EngineSpec):
@@ -26,6 +30,20 @@ class VllmSpec(EngineSpec):
     entrypoint = ("python3", "-m", "vllm.entrypoints.openai.api_server")
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
+    api_key_env = "VLLM_API_KEY"
+    extra_flags = (
+        integer("--seed", low=0, high=(1 << 32) - 1),
+        integer("--max-num-batched-tokens", low=1, high=1 << 24),
+        choice("--block-size", values=("8", "16", "32", "64", "128")),
+        number("--swap-space", low=0, high=1024),
+        choice("--kv-cache-dtype", values=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")),
+        choice("--dtype", values=_DTYPES),
+        switch("--enable-prefix-caching"),
+        switch("--no-enable-prefix-caching"),
+        switch("--enable-chunked-prefill"),
+        switch("--no-enable-chunked-prefill"),
+        switch("--enforce-eager"),
+    )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         return [
@@ -52,6 +70,20 @@ class SglangSpec(EngineSpec):
     entrypoint = ("python3", "-m", "sglang.launch_server")
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     kv_log_patterns = (r"max_total_num_tokens=(\d+)",)
+    extra_flags = (
+        integer("--random-seed", low=0, high=(1 << 32) - 1),
+        integer("--chunked-prefill-size", low=-1, high=1 << 24),
+        integer("--max-prefill-tokens", low=1, high=1 << 24),
+        choice(
+            "--schedule-policy", values=("lpm", "random", "fcfs", "dfs-weight", "lof", "priority")
+        ),
+        number("--schedule-conservativeness", low=0, high=10),
+        choice("--kv-cache-dtype", values=("auto", "fp8_e5m2", "fp8_e4m3")),
+        choice("--dtype", values=_DTYPES),
+        switch("--disable-radix-cache"),
+        switch("--disable-cuda-graph"),
+        integer("--cuda-graph-max-bs", low=1, high=4096),
+    )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         return [
@@ -83,6 +115,17 @@ class TgiSpec(EngineSpec):
     entrypoint = ("text-generation-launcher",)
     exact_length_style = None  # no ignore_eos / min_tokens on the OpenAI route
     kv_log_patterns = (r"[Ss]etting max batch total tokens to (\d+)",)
+    extra_flags = (
+        integer("--max-input-tokens", low=1, high=1 << 24),
+        integer("--max-batch-prefill-tokens", low=1, high=1 << 24),
+        integer("--max-batch-total-tokens", low=1, high=1 << 30),
+        integer("--max-waiting-tokens", low=0, high=1 << 16),
+        number("--waiting-served-ratio", low=0, high=100),
+        integer("--max-best-of", low=1, high=64),
+        integer("--max-stop-sequences", low=0, high=64),
+        choice("--dtype", values=("float16", "bfloat16")),
+        switch("--disable-custom-kernels"),
+    )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         self.unsupported(cfg, "pipeline_parallel")
@@ -115,6 +158,10 @@ class TrtllmSpec(EngineSpec):
         r"for max tokens in paged KV cache \((\d+)\)",
         r"blocks in KV cache primary pool: (\d+)[\s\S]*?tokens per block: (\d+)",
     )
+    extra_flags = (
+        integer("--max_num_tokens", low=1, high=1 << 24),
+        integer("--max_beam_width", low=1, high=64),
+    )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         # quantization comes from the checkpoint; trtllm-serve has no key option
@@ -141,6 +188,14 @@ class LmdeploySpec(EngineSpec):
     container_port = 23333
     entrypoint = ("lmdeploy", "serve", "api_server")
     kv_log_patterns = (r"max_block_count\s*=\s*(\d+)[\s\S]*?block_seq_len\s*=\s*(\d+)",)
+    extra_flags = (
+        choice("--backend", values=("turbomind", "pytorch")),
+        choice("--dtype", values=("auto", "float16", "bfloat16")),
+        integer("--max-prefill-token-num", low=1, high=1 << 24),
+        integer("--cache-block-seq-len", low=1, high=1 << 16),
+        choice("--quant-policy", values=("0", "4", "8")),
+        switch("--enable-prefix-caching"),
+    )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         self.unsupported(cfg, "pipeline_parallel")

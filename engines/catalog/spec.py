@@ -11,7 +11,9 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 
+from engines.catalog.flags import Flag, checked_extra_args
 from engines.catalog.types import (
     PLATFORMS,
     EngineKind,
@@ -75,14 +77,39 @@ class EngineSpec:
     """Regexes whose first group is the KV capacity in tokens (last match wins)."""
     tp_engine: bool = True
     """Needs ``ipc: host`` (NCCL shared memory) when sharded."""
+    extra_flags: tuple[Flag, ...] = ()
+    """The tuning flags ``LaunchConfig.extra_args`` may carry (see engines.catalog.flags);
+    never one that binds, names a path, loads a model or that ``_flags`` renders."""
+    model_is_path: bool = True
+    """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
+    instead pulls models by name into its own store)."""
+    api_key_env: str | None = None
+    """The variable the engine reads its API key from: run bare, the key goes there
+    rather than onto the command line, which every local user can read in /proc."""
 
     # -- launch ------------------------------------------------------------
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         raise NotImplementedError
 
+    def extra_args(self, cfg: LaunchConfig) -> list[str]:
+        """``cfg.extra_args`` as the engine receives them; UnsupportedOption naming
+        the first one ``extra_flags`` does not allow."""
+        return checked_extra_args(self.display_name, self.extra_flags, cfg.extra_args)
+
     def command_args(self, cfg: LaunchConfig) -> list[str]:
         """The engine's argv after its entrypoint, listening on ``cfg.port``."""
-        return [*self._flags(cfg, cfg.port), *cfg.extra_args]
+        return [*self._flags(cfg, cfg.port), *self.extra_args(cfg)]
+
+    def native_command(self, cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+        """Argv and environment of the engine run bare: the API key travels in the
+        environment where the engine reads it from there."""
+        if cfg.api_key is None or self.api_key_env is None:
+            return self.command_args(cfg), self.process_env(cfg)
+        keyless = replace(cfg, api_key=None)
+        return self.command_args(keyless), {
+            **self.process_env(keyless),
+            self.api_key_env: cfg.api_key,
+        }
 
     def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
         """Environment the engine reads its settings from (Ollama); most use flags."""
@@ -150,7 +177,7 @@ class EngineSpec:
         return env
 
     def _compose_extra_env(self, cfg: LaunchConfig, platform: str) -> dict[str, str]:
-        args = [*self._flags(cfg, self.container_port), *cfg.extra_args]
+        args = [*self._flags(cfg, self.container_port), *self.extra_args(cfg)]
         return {"ENGINE_ARGS": shlex.join(args)}
 
     # -- health ------------------------------------------------------------

@@ -57,10 +57,15 @@ class LaunchConfig:
     image: str | None = None
     """Overrides the spec's image (e.g. a pinned or locally built tag)."""
     extra_args: tuple[str, ...] = ()
-    """Appended verbatim after the rendered flags."""
+    """Tuning flags the engine's spec allows (``EngineSpec.extra_flags``), appended
+    after the rendered ones."""
 
     def __post_init__(self) -> None:
-        problems: list[str] = []
+        # Types first: a launch config arrives as JSON, and a value check on the wrong
+        # type would answer with a Python error instead of what to send.
+        if problems := _type_problems(self):
+            raise ValueError("invalid LaunchConfig: " + "; ".join(problems))
+        problems = []
         if not self.model:
             problems.append("model must not be empty")
         texts = {"model": self.model, "api_key": self.api_key or ""}
@@ -92,3 +97,38 @@ class LaunchConfig:
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.+-]+")
+_FIELD_TYPES: dict[str, tuple[str, type | tuple[type, ...], bool]] = {
+    # field: (what to send, accepted types, None allowed)
+    "model": ("a string", str, False),
+    "port": ("an integer", int, False),
+    "tensor_parallel": ("an integer", int, False),
+    "pipeline_parallel": ("an integer", int, False),
+    "context_len": ("an integer", int, True),
+    "gpu_mem_fraction": ("a number", (int, float), True),
+    "quantization": ("a string", str, True),
+    "max_num_seqs": ("an integer", int, True),
+    "metrics": ("true or false", bool, False),
+    "api_key": ("a string", str, True),
+    "image": ("a string", str, True),
+}
+
+
+def _type_problems(cfg: LaunchConfig) -> list[str]:
+    problems = []
+    for name, (what, types, optional) in _FIELD_TYPES.items():
+        value = getattr(cfg, name)
+        if value is None and optional:
+            continue
+        # bool is an int to Python, never a count or a port to an operator
+        if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+            problems.append(f"{name} must be {what}, not {type(value).__name__}")
+    for name, what, item in (
+        ("gpu_ids", "GPU indices (integers)", int),
+        ("extra_args", "strings", str),
+    ):
+        values = getattr(cfg, name)
+        if not isinstance(values, tuple) or not all(
+            isinstance(v, item) and not isinstance(v, bool) for v in values
+        ):
+            problems.append(f"{name} must be a list of {what}")
+    return problems

@@ -114,11 +114,10 @@ async def test_bad_fault_settings_are_refused(agent: tuple) -> None:
     _, client = agent
     with pytest.raises(AgentError) as info:
         await client.start("sim", {"profile": "h100-llama2-7b-vllm", "faults": {"error_rate": 2}})
-    assert info.value.status == 502
-    assert info.value.message.startswith("vllm ") and "error_rate must be within 0..1" in (
-        info.value.message
-    )
-    assert (await client.engines())[0].state == "crashed"
+    # Refused before a record exists: nothing crashed, nothing to clean up.
+    assert info.value.status == 400
+    assert "error_rate must be within 0..1" in info.value.message
+    assert await client.engines() == []
 
 
 async def test_simulators_end_with_the_agent(make_config: Callable[..., AgentConfig]) -> None:

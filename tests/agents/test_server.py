@@ -141,6 +141,13 @@ async def test_metrics_expose_the_frame_values(agent: tuple) -> None:
             "Docker socket",
         ),
         ("llamacpp", {"model": "/models/tiny.gguf"}, {"pid": "host"}, "pid: 'host' is refused"),
+        ("llamacpp", {"model": "/models/tiny.gguf"}, {"cap_add": ["SYS_ADMIN"]}, "cap_add"),
+        (
+            "llamacpp",
+            {"model": "/models/tiny.gguf"},
+            {"network_mode": "host"},
+            "network_mode: 'host' is refused",
+        ),
         (
             "llamacpp",
             {"model": "/models/tiny.gguf"},

@@ -50,8 +50,16 @@ CFG = LaunchConfig(
     tensor_parallel=2,
     context_len=4096,
     max_num_seqs=8,
-    extra_args=("--seed", "7"),
 )
+TUNING = {  # one tuning flag each engine's extra_flags allows (`ollama serve` takes none)
+    "vllm": ("--seed", "7"),
+    "sglang": ("--random-seed", "7"),
+    "tgi": ("--max-best-of", "2"),
+    "llamacpp": ("--seed", "7"),
+    "ollama": (),
+    "trtllm": ("--max_beam_width", "2"),
+    "lmdeploy": ("--quant-policy", "8"),
+}
 GPU_PLATFORMS = [
     (spec, platform)
     for spec in ALL_SPECS
@@ -61,7 +69,8 @@ GPU_PLATFORMS = [
 
 
 def cfg_for(spec: EngineSpec) -> LaunchConfig:
-    return replace(CFG, tensor_parallel=1) if not spec.tp_engine else CFG
+    cfg = replace(CFG, extra_args=TUNING[spec.kind])
+    return replace(cfg, tensor_parallel=1) if not spec.tp_engine else cfg
 
 
 @pytest.mark.parametrize(

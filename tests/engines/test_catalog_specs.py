@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,13 @@ FULL = LaunchConfig(
     quantization="fp8",
     max_num_seqs=64,
     api_key="s3cret",
-    extra_args=("--seed", "7"),
 )
+TUNING = {  # one tuning flag each engine's extra_flags allows, in its own spelling
+    "vllm": ("--seed", "7"),
+    "sglang": ("--random-seed", "7"),
+    "tgi": ("--max-best-of", "2"),
+    "lmdeploy": ("--quant-policy", "8"),
+}
 
 EXPECTED_FLAGS = {
     "vllm": [
@@ -38,26 +44,29 @@ EXPECTED_FLAGS = {
         "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "9001",
         "--tp-size", "2", "--pp-size", "1", "--context-length", "8192",
         "--mem-fraction-static", "0.85", "--quantization", "fp8", "--max-running-requests", "64",
-        "--enable-metrics", "--api-key", "s3cret", "--seed", "7",
+        "--enable-metrics", "--api-key", "s3cret", "--random-seed", "7",
     ],
     "tgi": [
         "--model-id", "meta-llama/Llama-3.1-8B-Instruct", "--hostname", "0.0.0.0",
         "--port", "9001", "--num-shard", "2", "--max-total-tokens", "8192",
         "--cuda-memory-fraction", "0.85", "--quantize", "fp8",
-        "--max-concurrent-requests", "64", "--api-key", "s3cret", "--seed", "7",
+        "--max-concurrent-requests", "64", "--api-key", "s3cret", "--max-best-of", "2",
     ],
     "lmdeploy": [
         "meta-llama/Llama-3.1-8B-Instruct", "--server-name", "0.0.0.0", "--server-port", "9001",
         "--tp", "2", "--session-len", "8192", "--cache-max-entry-count", "0.85",
         "--model-format", "fp8", "--max-batch-size", "64", "--enable-metrics",
-        "--api-keys", "s3cret", "--seed", "7",
+        "--api-keys", "s3cret", "--quant-policy", "8",
     ],
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", sorted(EXPECTED_FLAGS))
 def test_full_config_renders_the_engines_own_flags(kind: str) -> None:
-    assert get_spec(kind).command_args(FULL) == EXPECTED_FLAGS[kind]
+    assert (
+        get_spec(kind).command_args(replace(FULL, extra_args=TUNING[kind]))
+        == (EXPECTED_FLAGS[kind])
+    )
 
 
 def test_trtllm_flags_use_underscores_and_positional_model() -> None:
