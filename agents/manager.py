@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from agents.broadcast import Broadcast
-from agents.collectors.engines import EngineScraper
+from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.protocol import AgentEvent, EngineTelemetry
 from agents.runtime import Deployment, Runtime, RuntimeError_
@@ -110,6 +110,7 @@ class EngineManager:
         for unwatch in self._unwatch:
             unwatch()
         self._unwatch.clear()
+        await self.scraper.close()
         for task in list(self._starting.values()):
             task.cancel()
         for dep in list(self.deployments.values()):
@@ -165,18 +166,22 @@ class EngineManager:
         deps = [d for d in self.deployments.values() if d.state != "stopped"]
 
         async def one(dep: Deployment) -> EngineTelemetry:
-            sample = None
-            if dep.state in _RUNNING:
-                try:
-                    sample = await self.scraper.sample(dep, get_spec(dep.kind))
-                except UnknownEngine:  # adopted from labels only: health, no metrics
-                    sample = None
-                if sample is None and dep.state == "ready":
-                    # No answer: where no event stream reports exits, this is how one shows.
-                    status = await self.runtime_for(dep).status(dep)
-                    if status != "running":
-                        self._exited(dep.id, f"the engine is {status} (found by polling)")
-            return self.scraper.telemetry(dep, sample)
+            scrape = Scrape()
+            try:
+                if dep.state in _RUNNING:
+                    with contextlib.suppress(UnknownEngine):  # adopted from labels: no metrics
+                        scrape = await self.scraper.sample(dep, get_spec(dep.kind))
+                    if dep.state != "ready":  # no page while loading is no fault
+                        scrape = Scrape(scrape.sample)
+                    if scrape.sample is None and dep.state == "ready":
+                        # No answer: where no event stream reports exits, this is how one shows.
+                        status = await self.runtime_for(dep).status(dep)
+                        if status != "running":
+                            self._exited(dep.id, f"the engine is {status} (found by polling)")
+            except Exception as exc:  # this engine's frame says so; the others keep theirs
+                log.exception("telemetry of engine %s failed", dep.id)
+                scrape = Scrape(error=f"telemetry failed ({type(exc).__name__}: {exc})")
+            return self.scraper.telemetry(dep, scrape)
 
         return tuple(await asyncio.gather(*(one(d) for d in deps)))
 
