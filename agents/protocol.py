@@ -151,6 +151,9 @@ class EngineInfo:
     started_at: float | None = None
     message: str | None = None
     """The last thing worth telling the operator (why it failed, what it adopted)."""
+    healthy_at: float | None = None
+    """Unix epoch seconds of the last good answer of the engine's health route (the agent
+    asks every ``--health-interval``); with health "unhealthy" it says since when."""
 
 
 EVENT_KINDS = (

@@ -31,6 +31,8 @@ class Deployment:
     simulated: bool = False
     started_at: float = field(default_factory=time.time)
     message: str | None = None
+    healthy_at: float | None = None
+    """Epoch s of the last good health answer (the gate, then the manager's health watch)."""
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -56,6 +58,7 @@ class Deployment:
             simulated=self.simulated,
             started_at=self.started_at,
             message=self.message,
+            healthy_at=self.healthy_at,
         )
 
 

@@ -1,6 +1,7 @@
 """Engines that misbehave, through the real agent: impossible numbers in one engine's
-/slots, a huge /metrics page.  The bad engines are tests/agents/standin_engine.py, run
-by the agent's process runtime as its native llama-server."""
+/slots, a huge /metrics page, a hung llama-server (SIGSTOP).  The bad engines are
+tests/agents/standin_engine.py, run by the agent's process runtime as its native
+llama-server; the hung one is the rig's."""
 
 from __future__ import annotations
 
@@ -23,10 +24,15 @@ import pytest
 from agents.client import AgentClient
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
-from agents.protocol import EngineTelemetry, TelemetryFrame
+from agents.protocol import EngineInfo, EngineTelemetry, TelemetryFrame
 
 STANDIN = Path(__file__).with_name("standin_engine.py")
 LIVE = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp-live"
+
+
+def _pid(config: AgentConfig, engine_id: str) -> int:
+    record = json.loads((config.state_dir / "deployments" / f"{engine_id}.json").read_text())
+    return int(record["pid"])
 
 
 def _runs(pid: int, binary: str) -> bool:
@@ -88,6 +94,18 @@ async def frame_where(
                 if ok(frame):
                     return frame
     return None
+
+
+async def engine_where(
+    client: AgentClient, engine_id: str, ok: Callable[[EngineInfo], bool], timeout_s: float
+) -> EngineInfo:
+    """GET /v1/engines/{id} until ``ok`` (the last answer when the deadline passes)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = await client.engine(engine_id)
+        if ok(info) or time.monotonic() > deadline:
+            return info
+        await asyncio.sleep(0.2)
 
 
 def by_id(frame: TelemetryFrame) -> dict[str, EngineTelemetry]:
@@ -206,3 +224,41 @@ async def test_huge_metrics_page_does_not_stall_the_agent(
                 assert sample.scrape_error == "GET /metrics: the page is over 4 MiB (the most read)"
                 assert sample.requests_running is None
         await client.stop(engine.id)
+
+
+@pytest.mark.docker  # the rig fixture (llama-server binary, tiny model) comes with the rig
+async def test_hung_llama_server_turns_unhealthy_and_back(
+    rig: object, make_config: Callable[..., AgentConfig]
+) -> None:
+    model: Path = rig.tiny_model  # type: ignore[attr-defined]
+    binary: Path = rig.llama_server_bin  # type: ignore[attr-defined]
+    config = make_config(
+        native_binaries={"llamacpp": binary}, model_dirs=(model.parent,), health_interval_s=0.3
+    )
+    launch = {"model": str(model), "max_num_seqs": 1, "context_len": 128}
+    with engines_killed_afterwards(config.state_dir, str(binary)):
+        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+            engine = await client.start("llamacpp", launch, runtime="process")
+            assert engine.health == "healthy", engine.message
+            pid = _pid(config, engine.id)
+            os.kill(pid, signal.SIGSTOP)
+            stopped_at = time.time()
+            try:
+                hung = await engine_where(
+                    client, engine.id, lambda e: e.health == "unhealthy", timeout_s=15
+                )
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert (hung.state, hung.health) == ("ready", "unhealthy"), hung.message
+            assert hung.healthy_at is not None
+            assert engine.started_at <= hung.healthy_at <= stopped_at + 0.5
+            last_good = time.strftime("%H:%M:%S", time.localtime(hung.healthy_at))
+            assert hung.message and f"last good answer {last_good}" in hung.message
+            back = await engine_where(
+                client, engine.id, lambda e: e.health == "healthy", timeout_s=15
+            )
+            assert (back.state, back.health) == ("ready", "healthy"), back.message
+            assert back.healthy_at is not None and back.healthy_at > stopped_at
+            kinds = [e.kind for e in await client.recent_events() if e.engine_id == engine.id]
+            assert kinds[-2:] == ["unhealthy", "healthy"]
+            await client.stop(engine.id)
