@@ -103,25 +103,29 @@ class EngineScraper:
 
     async def sample(self, dep: Deployment, spec: ScrapeSpec) -> Scrape:
         """One scrape within the deadline; what went wrong is in ``Scrape.error``."""
-        if dep.url is None or not spec.metrics_path:
+        path = spec.metrics_path
+        if dep.url is None or not path:
             return Scrape()
         task = self._inflight.get(dep.id)
         if task is None or task.done():
-            task = asyncio.get_running_loop().create_task(self._scrape(dep, dep.url, spec))
+            scrape = self._scrape(dep, dep.url, path, spec)
+            task = asyncio.get_running_loop().create_task(scrape)
             self._inflight[dep.id] = task
         try:
             return await asyncio.wait_for(asyncio.shield(task), self.timeout_s)
         except TimeoutError:
             return Scrape(error=f"no complete scrape within {self.timeout_s:g} s")
 
-    async def _scrape(self, dep: Deployment, url: str, spec: ScrapeSpec) -> Scrape:
+    async def _scrape(
+        self, dep: Deployment, url: str, metrics_path: str, spec: ScrapeSpec
+    ) -> Scrape:
         headers = {}
         if dep.config.get("api_key"):
             headers["Authorization"] = f"Bearer {dep.config['api_key']}"
         slots: bytes | None = None
         slots_error: str | None = None
         try:
-            metrics = await self._fetch(url, str(spec.metrics_path), headers)
+            metrics = await self._fetch(url, metrics_path, headers)
             if dep.kind == "llamacpp" or dep.config.get("dialect") == "llamacpp":
                 try:
                     slots = await self._fetch(url, "/slots", headers)
