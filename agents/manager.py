@@ -94,6 +94,14 @@ class EngineManager:
                     continue
                 for dep in adopted:
                     self.deployments[dep.id] = dep
+                    if dep.state == "crashed":  # died while no agent watched: kept to inspect
+                        dep.health = "dead"
+                        dep.message = (
+                            f"adopted from a previous agent ({runtime.name}), dead meanwhile: "
+                            f"{dep.message}; stop it to remove what it left"
+                        )
+                        self.emit("adopted", dep.id, dep.message)
+                        continue
                     dep.message = f"adopted from a previous agent ({runtime.name})"
                     dep.state, dep.health = "ready", "unknown"
                     with contextlib.suppress(UnknownEngine):  # labels name an unknown kind
@@ -130,21 +138,27 @@ class EngineManager:
                     await runtime.stop(dep, self.config.stop_timeout_s)
 
     def _exited_threadsafe(
-        self, dep_id: str, reason: str, at: float, *, restarted: bool = False
+        self,
+        dep_id: str,
+        reason: str,
+        at: float,
+        *,
+        restarted: bool = False,
+        exit_code: int | None = None,
     ) -> None:
         if self._loop is None or self._loop.is_closed():
             return
         if restarted:
             self._loop.call_soon_threadsafe(self._restarted, dep_id, reason)
         else:
-            self._loop.call_soon_threadsafe(self._exited, dep_id, reason, at)
+            self._loop.call_soon_threadsafe(self._exited, dep_id, reason, at, exit_code)
 
     def _restarted(self, dep_id: str, reason: str) -> None:
         dep = self.deployments.get(dep_id)
         if dep is None or dep.state != "crashed" or dep_id in self._starting:
             return  # our own start, or one already being gated
         dep.state, dep.health, dep.message = "loading", "loading", reason
-        dep.started_at = time.time()
+        dep.started_at, dep.exit_code = time.time(), None
         self.emit("restarted", dep_id, reason)
         self._in_background(dep_id, self._gate(dep))
 
@@ -153,13 +167,16 @@ class EngineManager:
         self._starting[dep_id] = task  # a reference until done, and for stop() to cancel
         task.add_done_callback(lambda _: self._starting.pop(dep_id, None))
 
-    def _exited(self, dep_id: str, reason: str, died_at: float | None = None) -> None:
+    def _exited(
+        self, dep_id: str, reason: str, died_at: float | None = None, exit_code: int | None = None
+    ) -> None:
         dep = self.deployments.get(dep_id)
         if dep is None or dep.state not in _RUNNING:
             return  # an exit we caused (stop, swap) or already reported
         if died_at is not None and died_at < dep.started_at:
             return  # the engine this one replaced (swap), reported late by Docker
         dep.state, dep.health, dep.message = "crashed", "dead", reason
+        dep.exit_code = exit_code
         self.emit("crashed", dep_id, reason)
 
     # -- queries ----------------------------------------------------------------
@@ -280,7 +297,7 @@ class EngineManager:
     async def _bring_up(self, dep: Deployment) -> bool:
         """Start and health-gate; False (and the reason in dep.message) when it failed."""
         dep.state, dep.health, dep.message = "starting", "unknown", None
-        dep.started_at = time.time()
+        dep.started_at, dep.exit_code = time.time(), None
         self.emit("starting", dep.id, f"{dep.kind} on port {dep.port}")
         try:
             await self.runtime_for(dep).start(dep)

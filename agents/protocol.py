@@ -154,6 +154,9 @@ class EngineInfo:
     healthy_at: float | None = None
     """Unix epoch seconds of the last good answer of the engine's health route (the agent
     asks every ``--health-interval``); with health "unhealthy" it says since when."""
+    exit_code: int | None = None
+    """A crashed engine's exit status, where the runtime knows it (an adopted process
+    that died while no agent watched left none)."""
 
 
 EVENT_KINDS = (

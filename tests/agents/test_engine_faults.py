@@ -1,7 +1,7 @@
 """Engines that misbehave, through the real agent: impossible numbers in one engine's
-/slots, a huge /metrics page, a hung llama-server (SIGSTOP).  The bad engines are
-tests/agents/standin_engine.py, run by the agent's process runtime as its native
-llama-server; the hung one is the rig's."""
+/slots, a huge /metrics page, a hung llama-server (SIGSTOP), and an engine that died
+while no agent watched.  The bad engines are tests/agents/standin_engine.py, run by
+the agent's process runtime as its native llama-server; the hung one is the rig's."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,34 @@ async def test_huge_metrics_page_does_not_stall_the_agent(
                 assert sample.scrape_error == "GET /metrics: the page is over 4 MiB (the most read)"
                 assert sample.requests_running is None
         await client.stop(engine.id)
+
+
+async def test_process_engine_that_died_unwatched_is_adopted_as_crashed_and_removed(
+    standin_config: AgentConfig, tmp_path: Path
+) -> None:
+    config = replace(standin_config, adopt_on_start=True)
+    launch = standin(tmp_path, "doomed", [])
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("llamacpp", launch, runtime="process")
+        assert engine.health == "healthy", engine.message
+    pid = _pid(config, engine.id)
+    os.killpg(pid, signal.SIGKILL)  # no agent runs to see it die
+    for _ in range(100):
+        if not _runs(pid, str(STANDIN)):
+            break
+        await asyncio.sleep(0.1)
+    assert not _runs(pid, str(STANDIN))
+    record = config.state_dir / "deployments" / f"{engine.id}.json"
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        info = await client.engine(engine.id)
+        assert (info.state, info.health, info.exit_code) == ("crashed", "dead", None)
+        assert info.message and "exit code is unknown" in info.message
+        assert (info.port, info.config["model"]) == (engine.port, launch["model"])
+        assert record.exists()
+        stopped = await client.stop(engine.id)
+        assert stopped.state == "stopped"
+        assert await client.engines() == []
+    assert not record.exists()
 
 
 @pytest.mark.docker  # the rig fixture (llama-server binary, tiny model) comes with the rig
