@@ -18,6 +18,7 @@ import aiohttp
 from agents.broadcast import Broadcast
 from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
+from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.protocol import AgentEvent, EngineTelemetry
 from agents.runtime import Deployment, Runtime, RuntimeError_
 from agents.security import check_start_request
@@ -26,8 +27,6 @@ from agents.specs import UnknownEngine, get_spec, launch_config
 log = logging.getLogger(__name__)
 
 _RUNNING = ("starting", "loading", "ready")
-PROBE_TIMEOUT_S = 2.0
-"""One health probe's limit: an engine slower than this to say "ok" is not healthy."""
 
 
 class ManagerError(Exception):
@@ -67,7 +66,13 @@ class EngineManager:
         self._starting: dict[str, asyncio.Task[bool]] = {}
         """Start-ups running in the background (``wait=False``), cancelled by a stop."""
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._health_watch: asyncio.Task[None] | None = None
+        self.health_watch = HealthWatch(
+            self.deployments,
+            self._probe,
+            self.emit,
+            interval_s=config.health_interval_s,
+            busy=self._busy,
+        )
 
     # -- events -----------------------------------------------------------------
     def emit(self, kind: str, engine_id: str, message: str = "") -> AgentEvent:
@@ -116,7 +121,7 @@ class EngineManager:
             unwatch = runtime.watch(self._exited_threadsafe)
             if unwatch is not None:
                 self._unwatch.append(unwatch)
-        self._health_watch = self._loop.create_task(self._watch_health(), name="health-watch")
+        self.health_watch.start()
 
     async def close(self) -> None:
         """Stop watching.  Containers and processes keep running (the next agent adopts
@@ -124,10 +129,7 @@ class EngineManager:
         for unwatch in self._unwatch:
             unwatch()
         self._unwatch.clear()
-        if self._health_watch is not None:
-            self._health_watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_watch
+        await self.health_watch.close()
         await self.scraper.close()
         for task in list(self._starting.values()):
             task.cancel()
@@ -322,6 +324,11 @@ class EngineManager:
             pass
         return status, spec.classify_health(status, body)
 
+    def _busy(self, dep_id: str) -> bool:
+        """A start, stop or swap of this engine is under way (it judges health itself)."""
+        lock = self._locks.get(dep_id)
+        return dep_id in self._starting or (lock is not None and lock.locked())
+
     async def _gate(self, dep: Deployment) -> bool:
         """Wait for the engine's own idea of ready (a loading 503 is not a failure)."""
         runtime = self.runtime_for(dep)
@@ -345,50 +352,6 @@ class EngineManager:
         dep.state, dep.health = "crashed", "dead"
         self.emit("failed", dep.id, dep.message or "died while starting")
         return False
-
-    async def _watch_health(self) -> None:
-        """Ask every ready engine's health route again every health_interval_s: a hung
-        engine (stopped, deadlocked) answers nothing and turns unhealthy, with the time
-        of its last good answer; it turns healthy when it answers again."""
-        while True:
-            await asyncio.sleep(self.config.health_interval_s)
-            deps = [d for d in self.deployments.values() if d.state == "ready"]
-            results = await asyncio.gather(
-                *(self._recheck(d) for d in deps), return_exceptions=True
-            )
-            for dep, result in zip(deps, results, strict=True):
-                if isinstance(result, Exception):  # one odd answer must not end the watch
-                    log.error("health probe of engine %s failed", dep.id, exc_info=result)
-
-    async def _recheck(self, dep: Deployment) -> None:
-        lock = self._locks.get(dep.id)
-        if dep.id in self._starting or (lock is not None and lock.locked()):
-            return  # a start, stop or swap is judging this engine itself
-        try:
-            status, health = await self._probe(dep)
-        except UnknownEngine:  # adopted from labels naming an unknown kind: nothing to ask
-            return
-        if dep.state != "ready":
-            return  # stopped or crashed while the probe waited
-        if health == "ready":
-            dep.healthy_at = time.time()
-            if dep.health != "healthy":
-                dep.health, dep.message = "healthy", "answering its health route again"
-                self.emit("healthy", dep.id, dep.message)
-        elif dep.health != "unhealthy" and not (health == "loading" and dep.health == "loading"):
-            last = (
-                time.strftime("%H:%M:%S", time.localtime(dep.healthy_at))
-                if dep.healthy_at
-                else "never"
-            )
-            answer = (
-                f"HTTP {status}"
-                if status
-                else f"no answer (refused, or none within {PROBE_TIMEOUT_S:g} s)"
-            )
-            dep.health = "unhealthy"
-            dep.message = f"health route: {answer}; last good answer {last}"
-            self.emit("unhealthy", dep.id, dep.message)
 
     async def stop(self, dep_id: str) -> Deployment:
         dep = self.get(dep_id)
