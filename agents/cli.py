@@ -40,7 +40,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 def parse_interval(value: str) -> float:
     match = re.fullmatch(r"([\d.]+)\s*(ms|s)?", value.strip())
     if not match:
-        raise argparse.ArgumentTypeError(f"--interval wants e.g. 1s or 500ms, got {value!r}")
+        raise argparse.ArgumentTypeError(f"a duration is e.g. 1s or 500ms, got {value!r}")
     number = float(match.group(1))
     return number / 1000 if match.group(2) == "ms" else number
 
@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="sampling interval, e.g. 1s or 500ms (default 1s)",
     )
     parser.add_argument(
+        "--health-interval",
+        type=parse_interval,
+        default=5.0,
+        metavar="DURATION",
+        help="how often running engines' health routes are asked again: a hung engine "
+        "shows unhealthy within about this plus 2 s (default 5s)",
+    )
+    parser.add_argument(
         "--state-dir",
         type=Path,
         default=None,
@@ -153,6 +161,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         "allowed_images": frozenset(args.allow_image),
         "model_dirs": tuple(args.model_dir),
         "interval_s": args.interval,
+        "health_interval_s": args.health_interval,
         "native_binaries": dict(args.native),
         "replay_gpus": args.replay_gpus,
     }

@@ -49,6 +49,9 @@ class AgentConfig:
     node_name: str = field(default_factory=socket.gethostname)
     state_dir: Path = field(default_factory=default_state_dir)
     health_timeout_s: float = 180.0
+    health_interval_s: float = 5.0
+    """How often a ready engine's health route is asked again (a hung engine turns
+    unhealthy within about this plus the 2 s probe timeout)."""
     stop_timeout_s: float = 10.0
     frame_buffer: int = 600
     """Frames kept for resuming streams (10 min at 1 Hz)."""
@@ -64,6 +67,8 @@ class AgentConfig:
             raise ConfigError("TLS needs both --tls-cert and --tls-key")
         if not 0.05 <= self.interval_s <= 60:
             raise ConfigError(f"interval {self.interval_s}s out of range 0.05-60 s")
+        if not 0.1 <= self.health_interval_s <= 300:
+            raise ConfigError(f"health interval {self.health_interval_s}s out of range 0.1-300 s")
         if self.replay_gpus < 1:
             raise ConfigError("replay_gpus must be at least 1")
 

@@ -16,8 +16,9 @@ from typing import Any
 import aiohttp
 
 from agents.broadcast import Broadcast
-from agents.collectors.engines import EngineScraper
+from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
+from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.protocol import AgentEvent, EngineTelemetry
 from agents.runtime import Deployment, Runtime, RuntimeError_
 from agents.security import check_start_request
@@ -65,6 +66,13 @@ class EngineManager:
         self._starting: dict[str, asyncio.Task[bool]] = {}
         """Start-ups running in the background (``wait=False``), cancelled by a stop."""
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.health_watch = HealthWatch(
+            self.deployments,
+            self._probe,
+            self.emit,
+            interval_s=config.health_interval_s,
+            busy=self._busy,
+        )
 
     # -- events -----------------------------------------------------------------
     def emit(self, kind: str, engine_id: str, message: str = "") -> AgentEvent:
@@ -91,6 +99,14 @@ class EngineManager:
                     continue
                 for dep in adopted:
                     self.deployments[dep.id] = dep
+                    if dep.state == "crashed":  # died while no agent watched: kept to inspect
+                        dep.health = "dead"
+                        dep.message = (
+                            f"adopted from a previous agent ({runtime.name}), dead meanwhile: "
+                            f"{dep.message}; stop it to remove what it left"
+                        )
+                        self.emit("adopted", dep.id, dep.message)
+                        continue
                     dep.message = f"adopted from a previous agent ({runtime.name})"
                     dep.state, dep.health = "ready", "unknown"
                     with contextlib.suppress(UnknownEngine):  # labels name an unknown kind
@@ -98,11 +114,14 @@ class EngineManager:
                         dep.health = {"ready": "healthy", "loading": "loading"}.get(
                             health, "unhealthy"
                         )
+                        if dep.health == "healthy":
+                            dep.healthy_at = time.time()
                     self.emit("adopted", dep.id, f"{dep.message}, {dep.health}")
         for runtime in self.runtimes.values():
             unwatch = runtime.watch(self._exited_threadsafe)
             if unwatch is not None:
                 self._unwatch.append(unwatch)
+        self.health_watch.start()
 
     async def close(self) -> None:
         """Stop watching.  Containers and processes keep running (the next agent adopts
@@ -110,6 +129,8 @@ class EngineManager:
         for unwatch in self._unwatch:
             unwatch()
         self._unwatch.clear()
+        await self.health_watch.close()
+        await self.scraper.close()
         for task in list(self._starting.values()):
             task.cancel()
         for dep in list(self.deployments.values()):
@@ -119,21 +140,27 @@ class EngineManager:
                     await runtime.stop(dep, self.config.stop_timeout_s)
 
     def _exited_threadsafe(
-        self, dep_id: str, reason: str, at: float, *, restarted: bool = False
+        self,
+        dep_id: str,
+        reason: str,
+        at: float,
+        *,
+        restarted: bool = False,
+        exit_code: int | None = None,
     ) -> None:
         if self._loop is None or self._loop.is_closed():
             return
         if restarted:
             self._loop.call_soon_threadsafe(self._restarted, dep_id, reason)
         else:
-            self._loop.call_soon_threadsafe(self._exited, dep_id, reason, at)
+            self._loop.call_soon_threadsafe(self._exited, dep_id, reason, at, exit_code)
 
     def _restarted(self, dep_id: str, reason: str) -> None:
         dep = self.deployments.get(dep_id)
         if dep is None or dep.state != "crashed" or dep_id in self._starting:
             return  # our own start, or one already being gated
         dep.state, dep.health, dep.message = "loading", "loading", reason
-        dep.started_at = time.time()
+        dep.started_at, dep.exit_code = time.time(), None
         self.emit("restarted", dep_id, reason)
         self._in_background(dep_id, self._gate(dep))
 
@@ -142,13 +169,16 @@ class EngineManager:
         self._starting[dep_id] = task  # a reference until done, and for stop() to cancel
         task.add_done_callback(lambda _: self._starting.pop(dep_id, None))
 
-    def _exited(self, dep_id: str, reason: str, died_at: float | None = None) -> None:
+    def _exited(
+        self, dep_id: str, reason: str, died_at: float | None = None, exit_code: int | None = None
+    ) -> None:
         dep = self.deployments.get(dep_id)
         if dep is None or dep.state not in _RUNNING:
             return  # an exit we caused (stop, swap) or already reported
         if died_at is not None and died_at < dep.started_at:
             return  # the engine this one replaced (swap), reported late by Docker
         dep.state, dep.health, dep.message = "crashed", "dead", reason
+        dep.exit_code = exit_code
         self.emit("crashed", dep_id, reason)
 
     # -- queries ----------------------------------------------------------------
@@ -165,18 +195,22 @@ class EngineManager:
         deps = [d for d in self.deployments.values() if d.state != "stopped"]
 
         async def one(dep: Deployment) -> EngineTelemetry:
-            sample = None
-            if dep.state in _RUNNING:
-                try:
-                    sample = await self.scraper.sample(dep, get_spec(dep.kind))
-                except UnknownEngine:  # adopted from labels only: health, no metrics
-                    sample = None
-                if sample is None and dep.state == "ready":
-                    # No answer: where no event stream reports exits, this is how one shows.
-                    status = await self.runtime_for(dep).status(dep)
-                    if status != "running":
-                        self._exited(dep.id, f"the engine is {status} (found by polling)")
-            return self.scraper.telemetry(dep, sample)
+            scrape = Scrape()
+            try:
+                if dep.state in _RUNNING:
+                    with contextlib.suppress(UnknownEngine):  # adopted from labels: no metrics
+                        scrape = await self.scraper.sample(dep, get_spec(dep.kind))
+                    if dep.state != "ready":  # no page while loading is no fault
+                        scrape = Scrape(scrape.sample)
+                    if scrape.sample is None and dep.state == "ready":
+                        # No answer: where no event stream reports exits, this is how one shows.
+                        status = await self.runtime_for(dep).status(dep)
+                        if status != "running":
+                            self._exited(dep.id, f"the engine is {status} (found by polling)")
+            except Exception as exc:  # this engine's frame says so; the others keep theirs
+                log.exception("telemetry of engine %s failed", dep.id)
+                scrape = Scrape(error=f"telemetry failed ({type(exc).__name__}: {exc})")
+            return self.scraper.telemetry(dep, scrape)
 
         return tuple(await asyncio.gather(*(one(d) for d in deps)))
 
@@ -268,7 +302,7 @@ class EngineManager:
     async def _bring_up(self, dep: Deployment) -> bool:
         """Start and health-gate; False (and the reason in dep.message) when it failed."""
         dep.state, dep.health, dep.message = "starting", "unknown", None
-        dep.started_at = time.time()
+        dep.started_at, dep.exit_code = time.time(), None
         self.emit("starting", dep.id, f"{dep.kind} on port {dep.port}")
         try:
             await self.runtime_for(dep).start(dep)
@@ -286,12 +320,17 @@ class EngineManager:
         body: bytes | None = None
         try:
             async with self.session.get(
-                f"{dep.url}{spec.health_path}", timeout=aiohttp.ClientTimeout(total=2)
+                f"{dep.url}{spec.health_path}", timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)
             ) as resp:
                 status, body = resp.status, await resp.read()
         except (TimeoutError, aiohttp.ClientError):
             pass
         return status, spec.classify_health(status, body)
+
+    def _busy(self, dep_id: str) -> bool:
+        """A start, stop or swap of this engine is under way (it judges health itself)."""
+        lock = self._locks.get(dep_id)
+        return dep_id in self._starting or (lock is not None and lock.locked())
 
     async def _gate(self, dep: Deployment) -> bool:
         """Wait for the engine's own idea of ready (a loading 503 is not a failure)."""
@@ -303,7 +342,7 @@ class EngineManager:
                 break
             status, health = await self._probe(dep)
             if health == "ready":
-                dep.state, dep.health = "ready", "healthy"
+                dep.state, dep.health, dep.healthy_at = "ready", "healthy", time.time()
                 self.emit("healthy", dep.id, f"{dep.url}{path} answered {status}")
                 return True
             dep.state, dep.health = "loading", "loading"

@@ -76,6 +76,10 @@ class EngineTelemetry:
     itl_p50_s: float | None = None
     preemptions_total: float | None = None
     prefix_cache_hit_rate: float | None = None
+    scrape_error: str | None = None
+    """Why this engine's values are missing or partial this interval (no answer, a page
+    too big, a payload its dialect refuses); None when the scrape worked or none was due.
+    Optional within protocol 1 (see the note on the control-plane messages)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,8 @@ class TelemetryFrame:
 
 
 # --- control-plane messages (added with the agent server, protocol 1) ------
+# Fields added later within protocol 1 are optional with a None default: an older
+# client ignores them (``_build``), an older agent never sends them.
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +151,12 @@ class EngineInfo:
     started_at: float | None = None
     message: str | None = None
     """The last thing worth telling the operator (why it failed, what it adopted)."""
+    healthy_at: float | None = None
+    """Unix epoch seconds of the last good answer of the engine's health route (the agent
+    asks every ``--health-interval``); with health "unhealthy" it says since when."""
+    exit_code: int | None = None
+    """A crashed engine's exit status, where the runtime knows it (an adopted process
+    that died while no agent watched left none)."""
 
 
 EVENT_KINDS = (

@@ -70,9 +70,22 @@ class SlotsSummary:
         return min(sum(s.tokens_in_context for s in self.slots) / total, 1.0)
 
 
+_INT32_MAX = 2**31 - 1
+"""llama-server keeps slot ids, contexts and token counts in 32-bit ints."""
+
+
 def _int_field(entry: Mapping[str, object], key: str) -> int | None:
-    value = as_float(entry.get(key))
-    return None if value is None else int(value)
+    """A count the server reports, or None when absent; a value no llama-server
+    can hold (negative, past int32) is refused rather than summed into the estimate."""
+    try:
+        value = as_float(entry.get(key))
+    except MetricsParseError as exc:
+        raise MetricsParseError(f"llama.cpp /slots: {key}: {exc}") from None
+    if value is None:
+        return None
+    if not 0 <= value <= _INT32_MAX:
+        raise MetricsParseError(f"llama.cpp /slots: {key} = {value:g} is outside 0..{_INT32_MAX}")
+    return int(value)
 
 
 def _slot(entry: object, index: int) -> SlotState:

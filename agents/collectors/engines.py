@@ -1,20 +1,32 @@
 """Engines: scrape each running deployment with the catalog's adapter every
-interval and turn cumulative counters into rates."""
+interval and turn cumulative counters into rates.
+
+An engine's payload is untrusted: a scrape reads at most MAX_PAYLOAD_BYTES,
+parses in a worker thread (a huge page must not stall the agent's event loop),
+ends within the scraper's deadline, and any failure is that engine's
+``scrape_error``, never an exception that costs the other engines their frame."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import aiohttp
 
 from agents.protocol import EngineTelemetry
 from agents.runtime import Deployment
+from engines.dialects.prom import MetricsParseError
+from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
 from engines.sample import EngineSample
 
 log = logging.getLogger(__name__)
+
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""The most of one metrics page the agent reads (real engines send tens of KiB)."""
 
 
 class ScrapeSpec(Protocol):
@@ -40,50 +52,93 @@ def _rate(now: float | None, before: float | None, dt: float) -> float | None:
     return (now - before) / dt if now >= before else None
 
 
+class ScrapeError(Exception):
+    """A scrape that produced no page; the message is the engine's scrape_error."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status when the engine answered, but not 200."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """One scrape's outcome: a sample, an error, or both (a sample from /metrics
+    while llama.cpp's optional /slots was unreadable)."""
+
+    sample: EngineSample | None = None
+    error: str | None = None
+
+
 class EngineScraper:
     def __init__(self, session: aiohttp.ClientSession, timeout_s: float = 2.0) -> None:
         self.session = session
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s
         self._last: dict[str, _Counters] = {}
+        self._inflight: dict[str, asyncio.Task[Scrape]] = {}
+        """At most one scrape per engine: a parse still running in its thread is waited
+        for again next interval rather than joined by another one."""
 
-    async def _get(self, url: str, headers: dict[str, str]) -> bytes:
-        async with self.session.get(url, timeout=self.timeout, headers=headers) as resp:
-            if resp.status != 200:
-                raise aiohttp.ClientResponseError(
-                    resp.request_info, (), status=resp.status, message=f"HTTP {resp.status}"
-                )
-            return await resp.read()
+    async def _fetch(self, url: str, path: str, headers: dict[str, str]) -> bytes:
+        limit_mib = MAX_PAYLOAD_BYTES // 2**20
+        too_big = ScrapeError(f"GET {path}: the page is over {limit_mib} MiB (the most read)")
+        try:
+            async with self.session.get(
+                url + path, timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=headers
+            ) as resp:
+                if resp.status != 200:
+                    raise ScrapeError(f"GET {path} answered HTTP {resp.status}", resp.status)
+                if (resp.content_length or 0) > MAX_PAYLOAD_BYTES:
+                    raise too_big
+                body = bytearray()
+                async for chunk in resp.content.iter_chunked(64 * 1024):
+                    body += chunk
+                    if len(body) > MAX_PAYLOAD_BYTES:
+                        raise too_big
+                return bytes(body)
+        except TimeoutError:
+            raise ScrapeError(f"GET {path}: no answer within {self.timeout_s:g} s") from None
+        except aiohttp.ClientError as exc:
+            raise ScrapeError(f"GET {path}: {exc}") from None
 
-    async def sample(self, dep: Deployment, spec: ScrapeSpec) -> EngineSample | None:
-        """One normalised sample; None when the engine does not answer (the frame says so)."""
-        if dep.url is None or not spec.metrics_path:
-            return None
+    async def sample(self, dep: Deployment, spec: ScrapeSpec) -> Scrape:
+        """One scrape within the deadline; what went wrong is in ``Scrape.error``."""
+        path = spec.metrics_path
+        if dep.url is None or not path:
+            return Scrape()
+        task = self._inflight.get(dep.id)
+        if task is None or task.done():
+            scrape = self._scrape(dep, dep.url, path, spec)
+            task = asyncio.get_running_loop().create_task(scrape)
+            self._inflight[dep.id] = task
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), self.timeout_s)
+        except TimeoutError:
+            return Scrape(error=f"no complete scrape within {self.timeout_s:g} s")
+
+    async def _scrape(
+        self, dep: Deployment, url: str, metrics_path: str, spec: ScrapeSpec
+    ) -> Scrape:
         headers = {}
         if dep.config.get("api_key"):
             headers["Authorization"] = f"Bearer {dep.config['api_key']}"
+        slots: bytes | None = None
+        slots_error: str | None = None
         try:
-            payload = await self._get(dep.url + spec.metrics_path, headers)
-            sample = spec.parse_metrics(payload)
+            metrics = await self._fetch(url, metrics_path, headers)
             if dep.kind == "llamacpp" or dep.config.get("dialect") == "llamacpp":
-                sample = await self._with_slots(dep.url, headers, sample)
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+                try:
+                    slots = await self._fetch(url, "/slots", headers)
+                except ScrapeError as exc:  # an HTTP error: a server without --slots
+                    slots_error = None if exc.status else str(exc)
+        except ScrapeError as exc:
             log.debug("scrape %s: %s", dep.id, exc)
-            return None
-        return sample
+            return Scrape(error=str(exc))
+        scrape = await asyncio.to_thread(_parse, dep.id, spec, metrics, slots)
+        return scrape if slots_error is None else replace(scrape, error=slots_error)
 
-    async def _with_slots(
-        self, url: str, headers: dict[str, str], sample: EngineSample
-    ) -> EngineSample:
-        from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
-
-        try:
-            return merge_llamacpp(
-                sample, parse_llamacpp_slots(await self._get(url + "/slots", headers))
-            )
-        except (TimeoutError, aiohttp.ClientError, ValueError):
-            return sample  # /slots is optional (--slots); /metrics alone still counts
-
-    def telemetry(self, dep: Deployment, sample: EngineSample | None) -> EngineTelemetry:
+    def telemetry(self, dep: Deployment, scrape: Scrape) -> EngineTelemetry:
+        sample = scrape.sample
         base: dict[str, Any] = {
             "id": dep.id,
             "kind": dep.kind,
@@ -91,6 +146,7 @@ class EngineScraper:
             "health": dep.health,
             "simulated": dep.simulated,
             "url": dep.url,
+            "scrape_error": scrape.error,
         }
         if sample is None:
             return EngineTelemetry(**base)
@@ -121,3 +177,40 @@ class EngineScraper:
 
     def forget(self, dep_id: str) -> None:
         self._last.pop(dep_id, None)
+        task = self._inflight.pop(dep_id, None)
+        if task is not None:
+            task.cancel()
+
+    async def close(self) -> None:
+        """End scrapes still in flight (their engines' pages are no one's concern now)."""
+        tasks = list(self._inflight.values())
+        self._inflight.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _parse(dep_id: str, spec: ScrapeSpec, metrics: bytes, slots: bytes | None) -> Scrape:
+    """Runs in a worker thread.  Anything a parser raises is this engine's error: a
+    MetricsParseError says what the payload got wrong, anything else is a parser bug
+    met by odd data (logged with its traceback).  Without /slots, /metrics still counts."""
+    try:
+        sample = spec.parse_metrics(metrics)
+    except Exception as exc:
+        return Scrape(error=_parse_failure(dep_id, exc))
+    if slots is None:
+        return Scrape(sample)
+    try:
+        return Scrape(merge_llamacpp(sample, parse_llamacpp_slots(slots)))
+    except Exception as exc:
+        return Scrape(sample, _parse_failure(dep_id, exc))
+
+
+def _parse_failure(dep_id: str, exc: Exception) -> str:
+    if isinstance(exc, MetricsParseError):
+        log.debug("scrape %s: %s", dep_id, exc)
+        return str(exc)
+    log.warning("scrape %s: the parser failed on this payload", dep_id, exc_info=exc)
+    return f"the parser failed on this payload ({type(exc).__name__}: {exc})"

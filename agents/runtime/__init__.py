@@ -32,6 +32,9 @@ class Deployment:
     simulated: bool = False
     started_at: float = field(default_factory=time.time)
     message: str | None = None
+    healthy_at: float | None = None
+    """Epoch s of the last good health answer (the gate, then the manager's health watch)."""
+    exit_code: int | None = None
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -57,6 +60,8 @@ class Deployment:
             simulated=self.simulated,
             started_at=self.started_at,
             message=self.message,
+            healthy_at=self.healthy_at,
+            exit_code=self.exit_code,
         )
 
 
@@ -67,9 +72,17 @@ class RuntimeError_(Exception):
 class ExitCallback(Protocol):
     """The runtime saw an engine exit on its own (or, ``restarted``, come back by itself:
     a restart policy or an operator's ``docker start``).  ``at`` (epoch s) lets the
-    manager ignore the death of an engine it already replaced."""
+    manager ignore the death of an engine it already replaced; ``exit_code`` where known."""
 
-    def __call__(self, dep_id: str, reason: str, at: float, *, restarted: bool = False) -> None: ...
+    def __call__(
+        self,
+        dep_id: str,
+        reason: str,
+        at: float,
+        *,
+        restarted: bool = False,
+        exit_code: int | None = None,
+    ) -> None: ...
 
 
 class Runtime(Protocol):
@@ -91,7 +104,9 @@ class Runtime(Protocol):
     def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]: ...
 
     async def adopt(self) -> list[Deployment]:
-        """Deployments of this node still running from an earlier agent."""
+        """Deployments of this node left by an earlier agent: running ones, and ones that
+        died meanwhile as state "crashed" (``message`` and ``exit_code`` say how), so an
+        operator can inspect and remove what they left (containers, networks, records)."""
 
     def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
         """Start reporting exits; returns a function that stops watching (or None)."""

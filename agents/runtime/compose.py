@@ -130,7 +130,9 @@ class ComposeRuntime:
         await self._compose(dep, "up", "-d", "--no-build", "--pull", "never", env=env)
 
     async def stop(self, dep: Deployment, timeout_s: float) -> None:
-        await self._compose(dep, "down", "-v", "--remove-orphans", "-t", str(int(timeout_s)))
+        # Never "-v": the engine's named volume is the node's model cache, shared by every
+        # deployment of that engine; removing it would lose downloaded models.
+        await self._compose(dep, "down", "--remove-orphans", "-t", str(int(timeout_s)))
         self.state.remove(dep.id)
 
     def _containers(self, dep: Deployment) -> list[Any]:
@@ -171,26 +173,40 @@ class ComposeRuntime:
     async def adopt(self) -> list[Deployment]:
         filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self.node}"]}
         containers = await asyncio.to_thread(
-            lambda: list(self.docker.containers.list(filters=filters))
+            lambda: list(self.docker.containers.list(all=True, filters=filters))
         )
-        found: dict[str, Deployment] = {}
+        by_dep: dict[str, list[Any]] = {}
         for c in containers:
-            dep_id = c.labels.get(LABEL_DEPLOYMENT)
-            if not dep_id or dep_id in found:
-                continue
+            if dep_id := c.labels.get(LABEL_DEPLOYMENT):
+                by_dep.setdefault(dep_id, []).append(c)
+        found: list[Deployment] = []
+        for dep_id, group in by_dep.items():
             record = self.state.load(dep_id)
             if record is not None:
                 dep = deployment_from_record(record)
             else:  # started by hand or the state dir was lost: what the labels tell
                 dep = Deployment(
                     id=dep_id,
-                    kind=c.labels.get(LABEL_ENGINE, "unknown"),
+                    kind=group[0].labels.get(LABEL_ENGINE, "unknown"),
                     runtime=self.name,
                     config={},
                 )
-                dep.port = _host_port(c)
-            found[dep_id] = dep
-        return list(found.values())
+                dep.port = _host_port(group[0])
+            if not any(c.status == "running" for c in group):
+                dead = group[0]
+                dep.exit_code = dead.attrs.get("State", {}).get("ExitCode")
+                dep.state = "crashed"
+                dep.message = f"container {dead.name} exited (code {dep.exit_code})"
+            found.append(dep)
+        # A record without any container: removed behind the agent's back; its network
+        # and record are still there to remove.
+        for record in self.state.all(self.name):
+            if str(record.get("id")) not in by_dep:
+                dep = deployment_from_record(record)
+                dep.state = "crashed"
+                dep.message = "its container is gone (removed outside the agent); exit code unknown"
+                found.append(dep)
+        return found
 
     def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
         try:
@@ -220,7 +236,8 @@ class ComposeRuntime:
                     else:
                         code = attrs.get("exitCode", "?")
                         reason = f"container {name} exited (code {code}, {event.get('Action')})"
-                        on_exit(dep_id, reason, at)
+                        exit_code = int(code) if str(code).lstrip("-").isdigit() else None
+                        on_exit(dep_id, reason, at, exit_code=exit_code)
             except Exception as exc:  # closed by unwatch, or the daemon went away
                 log.debug("docker events ended: %s", exc)
 

@@ -156,10 +156,16 @@ class ProcessRuntime:
     async def adopt(self) -> list[Deployment]:
         out = []
         for record in self.state.all(self.name):
+            dep = deployment_from_record(record)
             if record.get("pid") and _same_process(int(record["pid"]), record):
-                dep = deployment_from_record(record)
                 self._adopted[dep.id] = dep
-                out.append(dep)
+            else:  # died while no agent watched; only its parent (gone) saw the exit status
+                dep.state = "crashed"
+                dep.message = (
+                    f"process {record.get('pid')} is gone; its exit code is unknown "
+                    "(it was the previous agent's child)"
+                )
+            out.append(dep)
         return out
 
     def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
@@ -169,7 +175,8 @@ class ProcessRuntime:
                     code = proc.poll()
                     if code is not None and known.get(dep_id) is None:
                         known[dep_id] = code
-                        on_exit(dep_id, f"process {proc.pid} exited (code {code})", time.time())
+                        reason = f"process {proc.pid} exited (code {code})"
+                        on_exit(dep_id, reason, time.time(), exit_code=code)
                 # Not our children (an earlier agent started them): is the pid still theirs?
                 for dep_id, dep in list(self._adopted.items()):
                     if not self._alive(dep):

@@ -150,10 +150,16 @@ def ratio(hits: float | None, queries: float | None) -> float | None:
 
 
 def as_float(value: object) -> float | None:
-    """A JSON number as float; None for anything else (bool, str, null, NaN)."""
+    """A JSON number as float; None for anything else (bool, str, null, NaN).
+
+    JSON integers are unbounded: one beyond any float is an impossible reading,
+    refused as MetricsParseError (an OverflowError would escape every caller)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return _finite(float(value))
+    try:
+        return _finite(float(value))
+    except OverflowError:
+        raise MetricsParseError("an integer beyond 1.8e308 is no plausible metric value") from None
 
 
 def get_path(obj: object, *keys: str) -> object:

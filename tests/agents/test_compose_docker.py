@@ -196,6 +196,55 @@ async def test_adopted_after_agent_restart_and_crash_reported_fast(
     assert containers(node) == []
 
 
+def networks(project: str) -> list[str]:
+    label = f"label=com.docker.compose.project={project}"
+    out = subprocess.run(
+        ["docker", "network", "ls", "-q", "--filter", label],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def remove_networks(project: str) -> None:
+    for network in networks(project):
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
+
+
+async def test_container_killed_while_no_agent_watched_is_adopted_as_crashed(
+    rig: object, node: str, docker_config: AgentConfig
+) -> None:
+    async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("llamacpp", llama(rig, 1))
+        assert engine.health == "healthy", engine.message
+    project = f"infer-{engine.id}"
+    record = docker_config.state_dir / "deployments" / f"{engine.id}.json"
+    try:
+        (container,) = containers(node)
+        kill = await asyncio.create_subprocess_exec(
+            "docker", "kill", container, stdout=asyncio.subprocess.DEVNULL
+        )
+        assert await kill.wait() == 0
+        assert networks(project) and record.exists()  # what the dead engine leaves behind
+
+        async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
+            info = await client.engine(engine.id)
+            assert (info.state, info.health, info.exit_code) == ("crashed", "dead", 137)
+            assert info.message and "exited (code 137)" in info.message
+            assert (info.kind, info.port) == ("llamacpp", engine.port)
+            events = await client.recent_events()
+            assert [(e.kind, e.engine_id) for e in events] == [("adopted", engine.id)]
+            stopped = await client.stop(engine.id)
+            assert stopped.state == "stopped"
+            assert await client.engines() == []
+        assert containers(node) == []
+        assert networks(project) == []
+        assert not record.exists()
+    finally:
+        remove_networks(project)  # the node fixture removes containers only
+
+
 async def test_logs_tail_and_follow(rig: object, node: str, docker_config: AgentConfig) -> None:
     async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
         engine = await client.start("llamacpp", llama(rig, 1))

@@ -77,9 +77,12 @@ async def test_garbage_and_dead_engines_read_as_not_available(
     dep, spec = dep_for(url), get_spec("llamacpp")
     async with aiohttp.ClientSession() as http:
         scraper = EngineScraper(http)
-        assert await scraper.sample(dep, spec) is None
+        garbage = await scraper.sample(dep, spec)
         dead = Deployment(id="e2", kind="llamacpp", runtime="compose", config={}, port=1)
-        assert await scraper.sample(dead, spec) is None
-        telemetry = scraper.telemetry(dep, None)
+        refused = await scraper.sample(dead, spec)
+        telemetry = scraper.telemetry(dep, garbage)
+    assert garbage.sample is None and garbage.error and "not UTF-8" in garbage.error
+    assert refused.sample is None and refused.error and "GET /metrics" in refused.error
     assert telemetry.kv_cache_usage is None and telemetry.requests_running is None
+    assert telemetry.scrape_error == garbage.error
     assert telemetry.state == "ready"  # the engine's state is not guessed from one scrape

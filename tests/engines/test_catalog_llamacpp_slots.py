@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,32 @@ def test_older_builds_report_n_past() -> None:
 def test_bad_slots_payloads_are_clear_errors(payload: bytes) -> None:
     with pytest.raises(MetricsParseError, match="/slots"):
         parse_llamacpp_slots(payload)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("n_ctx", 10**40, "n_ctx = 1e+40 is outside 0..2147483647"),
+        ("n_ctx", 10**400, "n_ctx: an integer beyond 1.8e308"),
+        ("n_ctx", -1, "n_ctx = -1 is outside"),
+        ("n_past", 2**31, "n_past = 2.14748e+09 is outside"),
+    ],
+    ids=["n_ctx-1e40", "n_ctx-1e400", "n_ctx-negative", "n_past-past-int32"],
+)
+def test_impossible_slot_values_are_a_parse_error(field: str, value: int, says: str) -> None:
+    slot = {"id": 0, "n_ctx": 2048, "is_processing": True, field: value}
+    with pytest.raises(MetricsParseError, match=re.escape(says)):
+        parse_llamacpp_slots(json.dumps([slot]))
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"),
+    [
+        ("trtllm", [{"numActiveRequests": 10**400}]),
+        ("ollama", {"models": [{"name": "m", "size": 10**400}]}),
+    ],
+    ids=["trtllm", "ollama"],
+)
+def test_json_dialects_refuse_numbers_beyond_any_float(kind: str, payload: object) -> None:
+    with pytest.raises(MetricsParseError, match=re.escape("integer beyond 1.8e308")):
+        get_spec(kind).parse_metrics(json.dumps(payload))

@@ -1,0 +1,39 @@
+"""A misbehaving llama-server for the fault tests, run by the agent's process runtime
+as the native llamacpp binary.  It takes llama-server's flags, answers ``/health``, and
+serves ``/metrics`` and ``/slots`` from the files ``metrics`` and ``slots`` next to its
+``-m`` "model" (read per request, so a test changes what it serves by rewriting them)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aiohttp import web
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-m", dest="model", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args, _ = parser.parse_known_args()  # -np, -c, --metrics... mean nothing here
+    pages = Path(args.model).parent
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def page(request: web.Request) -> web.Response:
+        path = pages / request.path.strip("/")
+        if not path.is_file():
+            return web.json_response({"error": "not served"}, status=501)
+        return web.Response(body=path.read_bytes(), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", page)
+    app.router.add_get("/slots", page)
+    web.run_app(app, host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()
