@@ -21,12 +21,12 @@ from agents.protocol import (
     EngineInfo,
     NodeInfo,
     ProtocolError,
-    TelemetryFrame,
     engine_info_from_dict,
     event_from_dict,
     frame_from_dict,
     node_info_from_dict,
 )
+from telemetry import TelemetryFrame
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,11 @@ from agents.broadcast import Broadcast
 from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
-from agents.protocol import AgentEvent, EngineTelemetry
+from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_
 from agents.security import check_start_request
 from agents.specs import UnknownEngine, get_spec, launch_config
+from telemetry import EngineTelemetry
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import TypeVar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agents.protocol import TelemetryFrame
+from telemetry import TelemetryFrame
 
 _GPU_GAUGES = (
     ("util_pct", "infer_gpu_utilization_percent", "GPU utilisation, percent"),

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from agents.broadcast import Broadcast
 from agents.collectors import GpuCollector
 from agents.collectors.host import HostCollector
-from agents.protocol import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
+from telemetry import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
 
 log = logging.getLogger(__name__)
 

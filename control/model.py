@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice
 
-from agents.protocol import EngineTelemetry, GpuSample, TelemetryFrame
+from telemetry import EngineTelemetry, GpuSample, TelemetryFrame
 
 HISTORY_POINTS = 600
 """Ten minutes at 1 Hz: the Node screen's charts span this."""

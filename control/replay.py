@@ -14,7 +14,7 @@ from pathlib import Path
 from agents.collectors.nvml import NvmlCollector
 from agents.collectors.replay import ReplayNvml
 from agents.config import bundled_trace
-from agents.protocol import EngineTelemetry, HostSample, TelemetryFrame
+from telemetry import EngineTelemetry, HostSample, TelemetryFrame
 
 GIB = 2**30
 

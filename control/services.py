@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agents.protocol import EngineInfo, NodeInfo, TelemetryFrame
+from agents.protocol import EngineInfo, NodeInfo
+from telemetry import TelemetryFrame
 
 Report = Callable[[str, "float | None", bool], None]
 

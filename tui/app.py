@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 
-from agents.protocol import TelemetryFrame
 from control.config import Config
 from control.model import FleetModel
 from control.services import NodeHandle, Services, describe_error
 from store import rows_from_frame
+from telemetry import TelemetryFrame
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands
 from tui.screens.base import TABS

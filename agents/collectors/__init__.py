@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agents.protocol import GpuInfo, GpuSample
+from agents.protocol import GpuInfo
+from telemetry import GpuSample
 
 
 class GpuCollector(Protocol):

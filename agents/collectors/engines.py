@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from agents.protocol import EngineTelemetry
 from agents.runtime import Deployment
 from engines.dialects.prom import MetricsParseError
 from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
 from engines.sample import EngineSample
+from telemetry import EngineTelemetry
 
 log = logging.getLogger(__name__)
 

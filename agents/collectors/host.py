@@ -6,7 +6,7 @@ import os
 
 import psutil
 
-from agents.protocol import HostSample
+from telemetry import HostSample
 
 
 class HostCollector:

@@ -18,7 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.protocol import GpuInfo, GpuSample
+from agents.protocol import GpuInfo
+from telemetry import GpuSample
 
 log = logging.getLogger(__name__)
 

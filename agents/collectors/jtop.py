@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from agents.collectors.jetson import TegraReading, board_name, reading_to_gpu
-from agents.protocol import GpuInfo, GpuSample
+from agents.protocol import GpuInfo
+from telemetry import GpuSample
 
 
 def _get(obj: Any, *keys: str) -> Any:

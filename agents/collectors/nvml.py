@@ -20,7 +20,8 @@ from typing import Any
 
 import psutil
 
-from agents.protocol import GpuInfo, GpuProcess, GpuSample
+from agents.protocol import GpuInfo
+from telemetry import GpuProcess, GpuSample
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import pytest
 from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
-from agents.protocol import TelemetryFrame
+from telemetry import TelemetryFrame
 
 from .conftest import TOKEN
 

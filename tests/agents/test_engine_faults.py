@@ -25,7 +25,8 @@ import pytest
 from agents.client import AgentClient
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
-from agents.protocol import EngineInfo, EngineTelemetry, TelemetryFrame
+from agents.protocol import EngineInfo
+from telemetry import EngineTelemetry, TelemetryFrame
 
 STANDIN = Path(__file__).with_name("standin_engine.py")
 LIVE = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp-live"

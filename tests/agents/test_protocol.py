@@ -9,14 +9,9 @@ import pytest
 from agents.protocol import (
     AgentEvent,
     EngineInfo,
-    EngineTelemetry,
     GpuInfo,
-    GpuProcess,
-    GpuSample,
-    HostSample,
     NodeInfo,
     ProtocolError,
-    TelemetryFrame,
     engine_info_from_dict,
     event_from_dict,
     frame_from_dict,
@@ -24,6 +19,7 @@ from agents.protocol import (
     node_info_from_dict,
     to_dict,
 )
+from telemetry import EngineTelemetry, GpuProcess, GpuSample, HostSample, TelemetryFrame
 
 
 def frame() -> TelemetryFrame:

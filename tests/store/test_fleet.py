@@ -90,8 +90,8 @@ def test_gpu_series_joins_raw_samples_and_folded_history(mem_store: Store) -> No
 
 
 def test_agent_frames_convert_to_stored_rows(mem_store: Store) -> None:
-    from agents.protocol import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
     from store import rows_from_frame
+    from telemetry import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
 
     frames = [
         TelemetryFrame(

@@ -9,7 +9,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
-from agents.protocol import EngineTelemetry, GpuSample
 from control.model import (
     NodeState,
     NodeStatus,
@@ -19,6 +18,7 @@ from control.model import (
     mem_pct,
     sparkline,
 )
+from telemetry import EngineTelemetry, GpuSample
 from tui.fasttable import FastTable, Item
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
