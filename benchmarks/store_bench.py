@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runs.records import LevelSummary, Percentiles, RequestRecord
-from store import GpuRow, Store, open_store, queries
+from store import Store, open_store, queries
+from telemetry import GpuSample, HostSample, TelemetryFrame
 
 LEVELS = (1, 8, 16, 32, 64)
 LEVEL_S = 60.0
@@ -78,11 +79,19 @@ def _summary(level: int, concurrency: int, t0: float, n: int) -> LevelSummary:
     )
 
 
-def _telemetry(node: str, start: float, seconds: int) -> list[GpuRow]:
+def _telemetry(node: str, start: float, seconds: int) -> list[TelemetryFrame]:
     return [
-        GpuRow(node, start + s, g, util_pct=90.0, power_w=650.0, energy_j=1e6 + 650.0 * s)
+        TelemetryFrame(
+            node=node,
+            seq=s,
+            ts=start + s,
+            host=HostSample(),
+            gpus=tuple(
+                GpuSample(g, "gpu", util_pct=90.0, power_w=650.0, energy_j=1e6 + 650.0 * s)
+                for g in range(GPUS)
+            ),
+        )
         for s in range(seconds)
-        for g in range(GPUS)
     ]
 
 

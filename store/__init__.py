@@ -9,17 +9,14 @@ one SQLite file (sqlite-utils), written by one thread, read off the TUI's loop.
 
 from store.aio import AsyncStore
 from store.errors import RunNotFoundError, StoreError, StoreVersionError, StoreWriteError
-from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo, rows_from_frame
+from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
 from store.maintenance import PruneResult
 from store.models import (
     Comparison,
     ComparisonRow,
-    EngineRow,
-    GpuRow,
     LevelRow,
     Regression,
     RunInfo,
-    TelemetryRow,
 )
 from store.schema import SCHEMA_VERSION
 from store.store import Store, default_db_path, open_store
@@ -30,10 +27,8 @@ __all__ = [
     "Comparison",
     "ComparisonRow",
     "DeploymentInfo",
-    "EngineRow",
     "EventInfo",
     "GpuPoint",
-    "GpuRow",
     "LevelRow",
     "NodeInfo",
     "PruneResult",
@@ -44,8 +39,6 @@ __all__ = [
     "StoreError",
     "StoreVersionError",
     "StoreWriteError",
-    "TelemetryRow",
     "default_db_path",
     "open_store",
-    "rows_from_frame",
 ]

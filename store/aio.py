@@ -15,8 +15,9 @@ from typing import Any
 from runs.records import LevelSummary, RequestRecord
 from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
 from store.maintenance import PruneResult
-from store.models import Comparison, LevelRow, Regression, RunInfo, TelemetryRow
+from store.models import Comparison, LevelRow, Regression, RunInfo
 from store.store import Store, open_store
+from telemetry import TelemetryFrame
 
 
 class AsyncStore:
@@ -44,8 +45,8 @@ class AsyncStore:
     def finish_run(self, run_id: str, status: str = "completed") -> None:
         self.store.finish_run(run_id, status)
 
-    def add_telemetry(self, rows: Iterable[TelemetryRow]) -> None:
-        self.store.add_telemetry(rows)
+    def add_telemetry(self, frames: Iterable[TelemetryFrame]) -> None:
+        self.store.add_telemetry(frames)
 
     def add_event(self, node: str, kind: str, **fields: Any) -> None:
         self.store.add_event(node, kind, **fields)

@@ -1,8 +1,8 @@
 """Values the store hands out, and the row <-> record conversions.
 
 The load generator's ``RequestRecord`` / ``LevelSummary`` are stored as they
-are and read back equal; telemetry comes in as plain rows (``GpuRow``,
-``EngineRow``) because the store may not import the agent's frame classes.
+are and read back equal (telemetry rows derive from their declarations in
+``store.samples``).
 """
 
 from __future__ import annotations
@@ -18,42 +18,6 @@ from typing import Any
 from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
 
 _PERCENTILE_FIELDS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
-
-
-@dataclass(frozen=True, slots=True)
-class GpuRow:
-    """One GPU's values at one instant on one node."""
-
-    node: str
-    ts: float
-    gpu_index: int
-    util_pct: float | None = None
-    mem_used_bytes: int | None = None
-    power_w: float | None = None
-    energy_j: float | None = None
-    """The device's monotonic energy counter, joules."""
-    temp_c: float | None = None
-    sm_clock_mhz: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EngineRow:
-    """One engine's values at one instant on one node."""
-
-    node: str
-    ts: float
-    engine_id: str
-    engine_kind: str | None = None
-    kv_cache_usage: float | None = None
-    requests_running: float | None = None
-    requests_waiting: float | None = None
-    prompt_tok_s: float | None = None
-    generation_tok_s: float | None = None
-    ttft_p50_s: float | None = None
-    itl_p50_s: float | None = None
-
-
-TelemetryRow = GpuRow | EngineRow
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,10 @@
 """The store's schema, as numbered migrations (sqlite-utils ``Migrations``).
 
 A migration, once released, never changes: a DB file made by an older
-infer-top is upgraded by running only the migrations it lacks.  Each one also
+infer-top is upgraded by running only the migrations it lacks.  The telemetry
+tables' later columns are the exception: they derive from the frame
+declarations, and ``store.samples.add_declared_columns`` adds any a file lacks
+after the numbered migrations (additive, so no version number is spent on it).  Each one also
 sets ``PRAGMA user_version`` to its number inside its own transaction, so the
 version of a file can be read without trusting any table in it, and a file
 from a newer infer-top is recognised before anything is written to it.
@@ -16,6 +19,7 @@ from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
 from store.errors import StoreError, StoreVersionError
+from store.samples import add_declared_columns
 
 SCHEMA_VERSION = 4
 """The newest schema this infer-top writes and reads."""
@@ -305,5 +309,6 @@ def migrate(conn: sqlite3.Connection, where: Path | str) -> int:
             supported_version=SCHEMA_VERSION,
         )
     MIGRATIONS.apply(db)
+    add_declared_columns(db)
     conn.commit()
     return before

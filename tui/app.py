@@ -13,7 +13,6 @@ from textual.binding import Binding, BindingType
 from control.config import Config
 from control.model import FleetModel
 from control.services import NodeHandle, Services, describe_error
-from store import rows_from_frame
 from telemetry import TelemetryFrame
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands
@@ -138,7 +137,7 @@ class InferTopApp(App[int]):
         if self._recording[node] and not frame.simulated and self.services.store is not None:
             # GPU energy during a load test: the store turns it into tok/J.  Replayed
             # GPUs are not recorded: their energy has nothing to do with the run.
-            self.services.store.add_telemetry(rows_from_frame(frame))
+            self.services.store.add_telemetry([frame])
         if self.redraw_listeners:
             self._arrivals.append(asyncio.get_running_loop().time())
         self._notify_fleet()

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
 from store import Store, open_store
+from telemetry import GpuSample, HostSample, TelemetryFrame
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 H200 = FIXTURES / "h200-llamacpp"
@@ -24,6 +26,12 @@ def h200_levels() -> list[dict[str, float]]:
 def h200_trace() -> list[dict[str, float]]:
     trace: list[dict[str, float]] = json.loads((H200 / "nvml-trace.json").read_text())["trace"]
     return trace
+
+
+def gpu_frame(node: str, ts: float, index: int, **values: Any) -> TelemetryFrame:
+    """A frame carrying one GPU's values, as an agent sends it."""
+    gpu = GpuSample(index=index, name="NVIDIA H200", **values)
+    return TelemetryFrame(node=node, seq=0, ts=ts, host=HostSample(), gpus=(gpu,))
 
 
 def record(

@@ -8,7 +8,8 @@ import threading
 import time
 from pathlib import Path
 
-from store import AsyncStore, EngineRow, GpuRow, open_store
+from store import AsyncStore, open_store
+from telemetry import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
 from tests.store.conftest import record, summary_from_h200
 
 
@@ -55,14 +56,18 @@ def test_reads_see_committed_rows_while_the_writer_holds_a_transaction(tmp_path:
     st.close()
 
 
-def _samples(node: str, start: float, n: int) -> list[GpuRow | EngineRow]:
-    rows: list[GpuRow | EngineRow] = []
-    for k in range(n):
-        rows.append(
-            GpuRow(node, start + k, 0, util_pct=50.0 + k % 2, power_w=100.0, energy_j=k * 100.0)
+def _samples(node: str, start: float, n: int) -> list[TelemetryFrame]:
+    return [
+        TelemetryFrame(
+            node=node,
+            seq=k,
+            ts=start + k,
+            host=HostSample(),
+            gpus=(GpuSample(0, "gpu", util_pct=50.0 + k % 2, power_w=100.0, energy_j=k * 100.0),),
+            engines=(EngineTelemetry("e1", "vllm", "ready", "healthy", kv_cache_usage=0.5),),
         )
-        rows.append(EngineRow(node, start + k, "e1", "vllm", kv_cache_usage=0.5))
-    return rows
+        for k in range(n)
+    ]
 
 
 def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history() -> None:

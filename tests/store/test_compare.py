@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from store import GpuRow, RunNotFoundError, Store, StoreError
-from tests.store.conftest import h200_levels, h200_trace, summary_from_h200
+from store import RunNotFoundError, Store, StoreError
+from telemetry import TelemetryFrame
+from tests.store.conftest import gpu_frame, h200_levels, h200_trace, summary_from_h200
 
 PROFILE = {"model": "Llama-2-7B class", "max_tokens": 256}
 WORKLOAD = {"prompt_tokens": 500, "output_tokens": 256}
@@ -29,12 +30,12 @@ def _store_run(
     return run_id, summaries
 
 
-def _trace_rows(node: str = "h200-1") -> list[GpuRow]:
+def _trace_frames(node: str = "h200-1") -> list[TelemetryFrame]:
     return [
-        GpuRow(
-            node=node,
-            ts=t["t"],
-            gpu_index=0,
+        gpu_frame(
+            node,
+            t["t"],
+            0,
             util_pct=t["util_gpu"],
             mem_used_bytes=t["mem_used"],
             power_w=t["power_mw"] / 1000,
@@ -67,8 +68,8 @@ def test_comparison_gives_the_load_generators_numbers(mem_store: Store) -> None:
 
 def test_energy_per_token_from_the_gpu_energy_counter_over_each_level(mem_store: Store) -> None:
     run_id, summaries = _store_run(mem_store, "llama.cpp", "llamacpp")
-    mem_store.add_telemetry(_trace_rows())
-    mem_store.add_telemetry(_trace_rows(node="other-node"))  # another node: not counted
+    mem_store.add_telemetry(_trace_frames())
+    mem_store.add_telemetry(_trace_frames(node="other-node"))  # another node: not counted
     mem_store.flush()
     rows = mem_store.compare([run_id]).rows
     trace = h200_trace()
@@ -95,7 +96,7 @@ def test_the_levels_own_energy_wins_over_telemetry(mem_store: Store) -> None:
     run_id = mem_store.create_run(name="own", node="h200-1")
     s = dataclasses.replace(summary_from_h200(1), energy_j=1234.5, mean_power_w=400.0)
     mem_store.add_level(run_id, s)
-    mem_store.add_telemetry(_trace_rows())
+    mem_store.add_telemetry(_trace_frames())
     mem_store.flush()
     (row,) = mem_store.compare([run_id]).rows
     assert (row.energy_j, row.energy_source, row.mean_power_w) == (1234.5, "loadgen", 400.0)
@@ -155,7 +156,7 @@ def test_settled_levels_cache_their_figures_and_late_samples_refresh_them(
     mem_store: Store,
 ) -> None:
     run_id, summaries = _store_run(mem_store, "llama.cpp", "llamacpp")
-    mem_store.add_telemetry(_trace_rows())
+    mem_store.add_telemetry(_trace_frames())
     mem_store.flush()
     first = mem_store.compare([run_id]).rows
     mem_store.flush()  # the cache rows the comparison queued
@@ -172,8 +173,8 @@ def test_settled_levels_cache_their_figures_and_late_samples_refresh_them(
     lv = summaries[2]
     mem_store.add_telemetry(
         [
-            GpuRow("h200-1", lv.started_at + 1, 1, power_w=100.0, energy_j=1000.0),
-            GpuRow("h200-1", lv.started_at + 2, 1, power_w=100.0, energy_j=1500.0),
+            gpu_frame("h200-1", lv.started_at + 1, 1, power_w=100.0, energy_j=1000.0),
+            gpu_frame("h200-1", lv.started_at + 2, 1, power_w=100.0, energy_j=1500.0),
         ]
     )
     mem_store.flush()
@@ -189,7 +190,7 @@ def test_a_cache_row_computed_from_fewer_samples_than_stored_is_not_written(
     from store.energy import CACHE_SQL
 
     run_id, summaries = _store_run(mem_store, "llama.cpp", "llamacpp")
-    mem_store.add_telemetry(_trace_rows())
+    mem_store.add_telemetry(_trace_frames())
     mem_store.flush()
     lv = summaries[0]
     window = ("h200-1", lv.started_at, lv.ended_at)

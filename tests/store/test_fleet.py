@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from store import GpuRow, Store
-from tests.store.conftest import h200_trace, summary_from_h200
+from store import Store
+from tests.store.conftest import gpu_frame, h200_trace, summary_from_h200
 
 
 def test_node_upsert_keeps_first_seen_and_updates_the_rest(mem_store: Store) -> None:
@@ -51,8 +51,8 @@ def test_energy_counts_only_the_deployments_gpus(mem_store: Store) -> None:
     trace = h200_trace()
     for gpu, factor in ((0, 1.0), (1, 3.0)):  # GPU 0 serves another engine
         mem_store.add_telemetry(
-            GpuRow("h200-1", t["t"], gpu, power_w=t["power_mw"] / 1000 * factor,
-                   energy_j=t["energy_mj"] / 1000 * factor)
+            gpu_frame("h200-1", t["t"], gpu, power_w=t["power_mw"] / 1000 * factor,
+                      energy_j=t["energy_mj"] / 1000 * factor)
             for t in trace
         )  # fmt: skip
     mem_store.flush()
@@ -68,7 +68,7 @@ def test_a_gpu_without_an_energy_counter_uses_mean_power(mem_store: Store) -> No
     lv = summary_from_h200(0)
     mem_store.add_level(run_id, lv)
     mem_store.add_telemetry(
-        GpuRow("orin-1", lv.started_at + k * 0.25, 0, power_w=12.0) for k in range(6)
+        gpu_frame("orin-1", lv.started_at + k * 0.25, 0, power_w=12.0) for k in range(6)
     )
     mem_store.flush()
     (row,) = mem_store.compare([run_id]).rows
@@ -79,18 +79,17 @@ def test_a_gpu_without_an_energy_counter_uses_mean_power(mem_store: Store) -> No
 def test_gpu_series_joins_raw_samples_and_folded_history(mem_store: Store) -> None:
     old = (time.time() - 30 * 86400) // 60 * 60
     mem_store.add_telemetry(
-        GpuRow("n", old + k, 0, util_pct=40.0, power_w=100.0) for k in range(60)
+        gpu_frame("n", old + k, 0, util_pct=40.0, power_w=100.0) for k in range(60)
     )
     recent = time.time() - 10
-    mem_store.add_telemetry([GpuRow("n", recent, 0, util_pct=90.0, power_w=600.0)])
+    mem_store.add_telemetry([gpu_frame("n", recent, 0, util_pct=90.0, power_w=600.0)])
     mem_store.flush()
     mem_store.prune_telemetry(older_than_s=7 * 86400)
     series = mem_store.gpu_series("n", 0, old - 1, recent + 1)
     assert [(p.util_pct, p.samples) for p in series] == [(40.0, 60), (90.0, 1)]
 
 
-def test_agent_frames_convert_to_stored_rows(mem_store: Store) -> None:
-    from store import rows_from_frame
+def test_agent_frames_are_stored(mem_store: Store) -> None:
     from telemetry import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
 
     frames = [
@@ -124,7 +123,7 @@ def test_agent_frames_convert_to_stored_rows(mem_store: Store) -> None:
         for k, t in enumerate(h200_trace())
     ]
     for frame in frames:
-        mem_store.add_telemetry(rows_from_frame(frame))
+        mem_store.add_telemetry([frame])
     run_id = mem_store.create_run(name="framed", node="h200-1")
     mem_store.add_level(run_id, summary_from_h200(2))
     mem_store.flush()
