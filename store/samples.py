@@ -47,9 +47,10 @@ def _checked(cls: type[Any]) -> tuple[StoredField, ...]:
     found = stored_fields(cls)
     for f in found:
         if f.value_type not in _SCALARS or not f.column.isidentifier():
+            kind = getattr(f.value_type, "__name__", f.value_type)
             raise TypeError(
                 f"{cls.__name__}.{f.name}: the store keeps bool, int, float, str or bytes "
-                f"values in a column named like an identifier, not {f.value_type.__name__} "
+                f"values (optionally | None) in a column named like an identifier, not {kind} "
                 f"in {f.column!r}; change the field or drop stored() from it"
             )
     return found

@@ -29,7 +29,7 @@ class StoredField:
     name: str
     """The attribute on the frame class."""
     column: str
-    value_type: type[Any]
+    value_type: Any
     """The annotation without ``None``: ``float | None`` is ``float``."""
 
 
@@ -41,19 +41,12 @@ def stored_fields(cls: type[Any]) -> tuple[StoredField, ...]:
         if _COLUMN not in f.metadata:
             continue
         kept.append(
-            StoredField(f.name, f.metadata[_COLUMN] or f.name, _without_none(cls, f.name, hints))
+            StoredField(f.name, f.metadata[_COLUMN] or f.name, _without_none(hints[f.name]))
         )
     return tuple(kept)
 
 
-def _without_none(cls: type[Any], name: str, hints: dict[str, Any]) -> type[Any]:
-    hint = hints[name]
+def _without_none(hint: Any) -> Any:
     union = typing.get_origin(hint) in (types.UnionType, typing.Union)
-    args = typing.get_args(hint) if union else (hint,)
-    kinds = [a for a in args if a is not type(None)]
-    if len(kinds) != 1 or not isinstance(kinds[0], type):
-        raise TypeError(
-            f"{cls.__name__}.{name}: a stored field needs one value type (optionally "
-            f"| None), not {hint}"
-        )
-    return kinds[0]
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    return kinds[0] if len(kinds) == 1 else hint
