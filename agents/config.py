@@ -8,6 +8,8 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engines.catalog import kinds
+
 
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
@@ -34,9 +36,9 @@ class AgentConfig:
     """0 picks a free port (tests, the embedded agent)."""
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    allowed_engines: frozenset[str] = frozenset(
-        {"llamacpp", "vllm", "sglang", "tgi", "ollama", "trtllm", "lmdeploy", "sim"}
-    )
+    allowed_engines: frozenset[str] = field(default_factory=lambda: frozenset({*kinds(), "sim"}))
+    """Engine kinds a start request may name: by default every engine in the catalog, and
+    simulated ones."""
     allowed_images: frozenset[str] = frozenset()
     """Images a start request may name; an empty set allows only the catalog's defaults."""
     model_dirs: tuple[Path, ...] = ()

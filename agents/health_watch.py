@@ -11,8 +11,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from agents.catalog_adapter import UnknownEngine
 from agents.runtime import Deployment
-from agents.specs import UnknownEngine
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from typing import Any
 import aiohttp
 
 from agents.broadcast import Broadcast
+from agents.catalog_adapter import UnknownEngine, declared_namespaces, get_spec, launch_config
 from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_
 from agents.security import check_start_request
-from agents.specs import UnknownEngine, get_spec, launch_config
 from telemetry import EngineTelemetry
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ class EngineManager:
                 kind,
                 launch,
                 options,
-                declared=spec.declared_namespaces(self.platform),
+                declared=declared_namespaces(spec, self.platform),
                 default_image=spec.default_image(self.platform),
                 model_on_host=runtime_name == "process" and spec.model_is_path,
             )
@@ -326,7 +326,7 @@ class EngineManager:
                 status, body = resp.status, await resp.read()
         except (TimeoutError, aiohttp.ClientError):
             pass
-        return status, spec.classify_health(status, body)
+        return status, str(spec.classify_health(status, body))
 
     def _busy(self, dep_id: str) -> bool:
         """A start, stop or swap of this engine is under way (it judges health itself)."""

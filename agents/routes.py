@@ -12,11 +12,11 @@ from typing import Any
 from aiohttp import WSCloseCode, web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from agents.catalog_adapter import UnknownEngine
 from agents.keys import AUDIT, MANAGER, NODE_INFO, REGISTRY, SAMPLER, SOCKETS
 from agents.manager import ManagerError
 from agents.protocol import frame_to_dict, to_dict
 from agents.security import PolicyError
-from agents.specs import UnknownEngine
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 AUDIT_DETAILS = web.RequestKey("audit_details", dict[str, Any])

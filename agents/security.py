@@ -16,8 +16,8 @@ from typing import IO, Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from agents.catalog_adapter import extra_args_problem, get_spec
 from agents.config import AgentConfig
-from agents.specs import get_spec
 
 PUBLIC_ROUTES = frozenset({"/healthz"})
 """The only route without a token: a bare liveness probe that tells nothing."""
@@ -132,7 +132,7 @@ def check_start_request(
             "engine's Compose file keeps its models"
         )
     if launch.get("extra_args"):
-        if problem := get_spec(kind).extra_args_problem(launch["extra_args"]):
+        if problem := extra_args_problem(get_spec(kind), launch["extra_args"]):
             raise PolicyError(problem)
     if model_on_host and "model" in launch:
         return {**launch, "model": host_model_path(config, launch["model"])}

@@ -15,6 +15,7 @@ from typing import Any
 
 from agents.protocol import EngineInfo
 from control.services import AgentLike
+from engines.catalog import kinds
 
 Progress = Callable[[str, float | None], None]
 
@@ -24,6 +25,11 @@ PHASES = ("starting", "loading", "ready")
 
 class EngineFailed(RuntimeError):
     """The engine did not become healthy; the message says what the agent saw."""
+
+
+def engine_choices() -> tuple[str, ...]:
+    """The engine kinds a start may name: the catalog's, then a simulated engine."""
+    return (*kinds(), "sim")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,21 +2,23 @@
 
 KV bytes per token = 2 (K and V) × layers × kv_heads × head_dim × bytes, with
 kv_heads split over tensor-parallel ranks (at least one head per rank).  All
-figures are per GPU.  Engines budget memory differently:
+figures are per GPU.  Engines budget memory differently, as each spec's
+``memory`` rule (``engines.catalog.MemoryRule``) says:
 
-* vLLM: ``gpu_memory_utilization`` × total memory holds weights, activations
-  and the KV pool;
-* SGLang / TGI: the static fraction × total covers weights + KV pool;
-* TensorRT-LLM / LMDeploy: the fraction applies to what is free *after* the
-  weights loaded, and all of it becomes KV;
-* llama.cpp: ``-c`` KV cells for all ``-np`` slots together (each slot gets c/np);
-* Ollama: context × ``OLLAMA_NUM_PARALLEL`` cells.
+* a fraction of total memory covering weights, activations and the KV pool
+  (vLLM's ``gpu_memory_utilization``, SGLang's and TGI's static fraction);
+* a fraction of what is free *after* the weights loaded, all of it KV
+  (TensorRT-LLM, LMDeploy);
+* no fraction: context cells for every concurrent sequence allocated up front,
+  the rest of the card being the limit (llama.cpp ``-c`` / ``-np``, Ollama).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from engines.catalog import get_spec
 
 GIB = 1024**3
 MIB = 1024**2
@@ -128,22 +130,6 @@ class FitEstimate:
         )
 
 
-_DEFAULT_FRACTION = {
-    "vllm": 0.9,
-    "sglang": 0.88,
-    "tgi": 1.0,
-    "trtllm": 0.9,
-    "lmdeploy": 0.8,
-}
-_FRACTION_COVERS = {
-    "vllm": "total",
-    "sglang": "total",
-    "tgi": "total",
-    "trtllm": "free",
-    "lmdeploy": "free",
-}
-
-
 def estimate_fit(
     shape: ModelShape,
     engine_kind: str,
@@ -159,11 +145,9 @@ def estimate_fit(
     overhead_bytes: int | None = None,
 ) -> FitEstimate:
     """Per-GPU fit of ``concurrent_seqs`` sequences of ``context_len`` tokens."""
-    kind = str(engine_kind)
     if context_len < 1 or concurrent_seqs < 1 or gpu_mem_total_bytes < 1:
         raise ValueError("context_len, concurrent_seqs and gpu_mem_total_bytes must be positive")
-    if kind not in _FRACTION_COVERS and kind not in ("llamacpp", "ollama"):
-        raise KeyError(f"no budgeting rule for engine {kind!r}")
+    rule = get_spec(engine_kind).memory  # KeyError naming the known engines
     notes: list[str] = []
     if context_len > shape.max_context:
         notes.append(f"context {context_len} exceeds {shape.name}'s {shape.max_context}")
@@ -174,24 +158,21 @@ def estimate_fit(
     # KV is split by layer over pipeline stages
     per_token = math.ceil(per_token / pp)
     kv = per_token * context_len * concurrent_seqs
-    local = kind in ("llamacpp", "ollama")
     if overhead_bytes is None:
-        # activations, CUDA graphs, compute buffers: a rule of thumb
-        overhead_bytes = 256 * MIB if local else GIB
-        notes.append(f"assumed {overhead_bytes // MIB} MiB for activations and buffers")
-    if local:
-        # no fraction: -c (llama.cpp) / context × parallel (Ollama) cells are
-        # allocated up front in full, and the rest of the card is the limit
+        overhead_bytes = rule.overhead_mib * MIB
+        notes.append(f"assumed {rule.overhead_mib} MiB for activations and buffers")
+    if rule.fraction is None:
+        # no fraction: the cells of every sequence are allocated up front in full,
+        # and the rest of the card is the limit
         budget = gpu_mem_total_bytes
         kv_pool = kv
         fits = weights + kv + overhead_bytes <= budget
         free_for_kv = max(budget - weights - overhead_bytes, 0)
         max_conc = free_for_kv // (per_token * context_len)
-        slot = "slots (-np)" if kind == "llamacpp" else "OLLAMA_NUM_PARALLEL"
-        notes.append(f"{context_len} cells per sequence × {concurrent_seqs} {slot}")
+        notes.append(f"{context_len} cells per sequence × {concurrent_seqs} {rule.concurrency}")
     else:
-        fraction = gpu_mem_fraction or _DEFAULT_FRACTION[kind]
-        if _FRACTION_COVERS[kind] == "total":
+        fraction = gpu_mem_fraction or rule.fraction
+        if rule.fraction_of == "total":
             budget = int(fraction * gpu_mem_total_bytes)
             kv_pool = max(budget - weights - overhead_bytes, 0)
             notes.append(f"{fraction:g} of total memory covers weights + KV")

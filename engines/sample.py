@@ -48,7 +48,7 @@ class EngineSample:
     """One scrape of one engine, normalised across dialects."""
 
     engine: str
-    """Engine kind: vllm, sglang, tgi, llamacpp, ollama, trtllm, lmdeploy."""
+    """The engine's kind in the catalog (``EngineSpec.kind``)."""
     kv_cache_usage: float | None = None
     """Fraction 0–1 of the KV cache in use."""
     kv_cache_usage_is_estimate: bool = False

@@ -1,7 +1,7 @@
 """The few engine facts the load generator needs, taken from ``engines.catalog``.
 
-Length forcing and usage-in-stream come from the catalog's ``EngineSpec``; a
-kind the catalog does not know (``openai``: any other OpenAI-compatible
+Length forcing, usage-in-stream and connection reuse come from the catalog's
+``EngineSpec``; a kind the catalog does not know (``openai``: any other OpenAI-compatible
 server) is driven generically and gets the "cannot force length" warning.
 """
 
@@ -11,14 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engines.catalog import get_spec
+from engines.catalog import get_spec, kinds
 
 LengthFields = Callable[[int], dict[str, Any] | None]
 GENERIC_KIND = "openai"
-
-# llama-server closes the socket after every streamed answer (DESIGN.md, client
-# pitfalls); a pooled connection would fail on reuse, so it gets fresh ones.
-_CLOSES_AFTER_STREAM = frozenset({"llamacpp"})
 
 
 def _cannot(n: int) -> None:
@@ -47,15 +43,15 @@ class LoadQuirks:
 
 def quirks_for(kind: str) -> LoadQuirks:
     kind = kind.lower()
-    reuse = kind not in _CLOSES_AFTER_STREAM
     try:
         spec = get_spec(kind)
     except KeyError:
-        return LoadQuirks(kind, _cannot, True, reuse)
+        return LoadQuirks(kind, _cannot, True, True)
+    # an engine that closes after every streamed answer (llama-server) would fail a
+    # pooled connection on reuse, so it gets fresh ones
+    reuse = not spec.closes_after_stream
     return LoadQuirks(kind, spec.exact_length_fields, spec.usage_in_stream, reuse)
 
 
 def known_kinds() -> tuple[str, ...]:
-    from engines.catalog import EngineKind
-
-    return (*(k.value for k in EngineKind), GENERIC_KIND)
+    return (*kinds(), GENERIC_KIND)

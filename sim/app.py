@@ -1,10 +1,12 @@
 """HTTP surface of a simulated engine: routes per dialect, loading behaviour, start/stop.
 
-Health while "loading" follows each engine (and ``engines.catalog``'s reading
-of it): vLLM, TensorRT-LLM, TGI and LMDeploy open their port only once the
-model is loaded, so connections are refused before; llama.cpp answers 503
-``Loading model`` on every route; SGLang answers 503; Ollama's ``/`` says
-"Ollama is running" at once and generation requests wait for the model.
+What the imitated engine does is read from its spec in ``engines.catalog``: its
+routes (health, metrics, JSON metrics, slots), and health while "loading"
+(``loading_status``): vLLM, TensorRT-LLM, TGI and LMDeploy open their port only
+once the model is loaded, so connections are refused before; llama.cpp answers
+503 ``Loading model`` on every route; SGLang answers 503; Ollama's ``/`` says
+"Ollama is running" at once and generation requests wait for the model.  How
+answers look (bodies, extra routes) follows the spec's ``dialect``.
 """
 
 from __future__ import annotations
@@ -21,16 +23,15 @@ from aiohttp import web
 from sim import dialects, introspect
 from sim.faults import FaultConfig
 from sim.labels import OWNED_BY, SIM_HEADER
-from sim.profile import SimProfile, load_profile
+from sim.profile import ProfileError, SimProfile, load_profile
 from sim.scheduler import RequestTrace
 from sim.server import SimServer
 
-BIND_LATE = frozenset({"vllm", "trtllm", "tgi", "lmdeploy"})
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _loading_response(kind: str) -> web.Response:
-    if kind == "llamacpp":
+def _loading_response(dialect: str) -> web.Response:
+    if dialect == "llamacpp":
         body = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
         return web.json_response(body, status=503)
     return web.Response(status=503)  # SGLang: empty 503 until its warm-up request went through
@@ -44,13 +45,21 @@ def trace_json(trace: RequestTrace) -> dict[str, Any]:
 
 
 def build_app(sim: SimServer) -> web.Application:
+    """The imitated engine's routes; ProfileError when the simulator cannot imitate
+    the dialect the profile's engine speaks."""
     p = sim.profile
-    kind = p.kind
+    spec = p.spec
+    dialect = spec.dialect
+    if dialect not in dialects.IMITATED:
+        raise ProfileError(
+            f"profile {p.name!r}: {spec.display_name} speaks the {dialect!r} dialect; the "
+            f"simulator imitates {', '.join(sorted(dialects.IMITATED))}"
+        )
 
     @web.middleware
     async def loading_gate(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        if not sim.loaded.is_set() and kind not in BIND_LATE | {"ollama"}:
-            return _loading_response(kind)
+        if not sim.loaded.is_set() and spec.loading_status == 503:
+            return _loading_response(dialect)
         return await handler(request)
 
     async def mark_simulated(request: web.Request, response: web.StreamResponse) -> None:
@@ -78,7 +87,7 @@ def build_app(sim: SimServer) -> web.Application:
         return web.json_response({"object": "list", "data": [entry]})
 
     async def health(_: web.Request) -> web.Response:
-        if kind == "llamacpp":
+        if dialect == "llamacpp":
             return web.json_response({"status": "ok"})
         return web.Response(status=200)
 
@@ -121,23 +130,22 @@ def build_app(sim: SimServer) -> web.Application:
     r.add_post("/v1/chat/completions", gen("chat"))
     r.add_post("/v1/completions", gen("completions"))
     r.add_get("/infer-top/ground-truth", ground_truth)
-    if kind == "ollama":
-        r.add_get("/", ollama_root)
+    if dialect == "ollama":
+        r.add_get(spec.health_path, ollama_root)
         r.add_get("/api/ps", ollama_ps)
         r.add_get("/api/tags", ollama_tags)
         r.add_get("/api/version", version)
         r.add_post("/api/chat", gen("ollama_chat"))
         r.add_post("/api/generate", gen("ollama_generate"))
         return app
-    r.add_get("/health", health)
+    r.add_get(spec.health_path, health)
     r.add_get("/version", version)
-    if kind == "trtllm":
-        r.add_get("/metrics", trtllm_json)
-        r.add_get("/prometheus/metrics", prom)
-    else:
-        r.add_get("/metrics", prom)
-    if kind == "llamacpp":
-        r.add_get("/slots", slots)
+    if spec.metrics_path is not None:
+        r.add_get(spec.metrics_path, prom)
+    if spec.json_metrics_path is not None:
+        r.add_get(spec.json_metrics_path, trtllm_json)
+    if spec.slots_path is not None:
+        r.add_get(spec.slots_path, slots)
     return app
 
 
@@ -214,8 +222,9 @@ async def start_sim(
 ) -> RunningSim:
     """Start a simulated engine in this event loop.
 
-    Returns at once; engines that bind late (vLLM, TensorRT-LLM) refuse
-    connections until ``wait_ready()`` would return.
+    Returns at once; engines that bind late (``loading_status`` None: vLLM,
+    TensorRT-LLM...) refuse connections until ``wait_ready()`` would return.
+    ProfileError when the simulator cannot imitate the profile's engine.
     """
     prof = load_profile(profile) if isinstance(profile, str) else profile
     sim = SimServer(prof, seed=seed, time_scale=time_scale, faults=faults)
@@ -230,7 +239,7 @@ async def start_sim(
 
     sim.on_crash = on_crash
     sim.start()
-    if prof.kind in BIND_LATE and sim.load_time_s > 0:
+    if prof.spec.loading_status is None and sim.load_time_s > 0:
 
         async def bind_when_loaded() -> None:
             await sim.loaded.wait()

@@ -1,4 +1,7 @@
-"""Each imitated engine's metrics dialect: its own names, labels and JSON shapes.
+"""Each imitated dialect's metrics: its own names, labels and JSON shapes.
+
+An engine's spec names its dialect (``EngineSpec.dialect``); a renderer here is
+picked by that name, so an engine speaking a known dialect is imitated as is.
 
 Names and HELP strings follow the engines' sources as recorded in
 ``tests/fixtures/engines`` and ``tests/fixtures/llamacpp-live``.  Every
@@ -8,7 +11,7 @@ simulator can pass for a real engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sim.metrics import Histogram, SimMetrics
 from sim.profile import SimProfile
@@ -375,7 +378,7 @@ def _lmdeploy(p: SimProfile, s: Scheduler, m: SimMetrics) -> str:
     return t.render()
 
 
-PROMETHEUS_RENDERERS = {
+PROMETHEUS_RENDERERS: dict[str, Callable[[SimProfile, Scheduler, SimMetrics], str]] = {
     "vllm": _vllm,
     "sglang": _sglang,
     "tgi": _tgi,
@@ -383,9 +386,11 @@ PROMETHEUS_RENDERERS = {
     "trtllm": _trtllm,
     "lmdeploy": _lmdeploy,
 }
-"""Ollama has no Prometheus endpoint; TensorRT-LLM's is at /prometheus/metrics."""
+"""Ollama has no Prometheus endpoint (its /api/ps is ``introspect.ollama_ps``)."""
+IMITATED = frozenset(PROMETHEUS_RENDERERS) | {"ollama"}
+"""Every dialect the simulator can imitate."""
 
 
 def prometheus_text(p: SimProfile, s: Scheduler, m: SimMetrics) -> str | None:
-    render = PROMETHEUS_RENDERERS.get(p.kind)
+    render = PROMETHEUS_RENDERERS.get(p.spec.dialect)
     return None if render is None else render(p, s, m)

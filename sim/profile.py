@@ -1,9 +1,9 @@
 """Simulator profiles: an engine on a machine, described as data (TOML).
 
 A profile fixes the scheduler model (slots, KV pool, prefill rate, the decode
-step-time law ``step = a + b × batch + c × kv_tokens``) and the engine's
-dialect (its kind).  Profiles ship in ``sim/profiles/*.toml``; a path
-to any other TOML file works too.
+step-time law ``step = a + b × batch + c × kv_tokens``) and the engine imitated
+(its kind in ``engines.catalog``, whose spec says how that engine behaves).
+Profiles ship in ``sim/profiles/*.toml``; a path to any other TOML file works too.
 """
 
 from __future__ import annotations
@@ -13,29 +13,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from engines.catalog import EngineSpec, get_spec, kinds
+
 PROFILE_DIR = Path(__file__).parent / "profiles"
-
-ENGINE_KINDS: tuple[str, ...] = (
-    "vllm",
-    "sglang",
-    "tgi",
-    "llamacpp",
-    "ollama",
-    "trtllm",
-    "lmdeploy",
-)
-
-# Which request fields each engine honours to force the output length
-# (DESIGN.md "Engine facts": TGI and Ollama cannot force it).
-LENGTH_CONTROLS: dict[str, frozenset[str]] = {
-    "vllm": frozenset({"ignore_eos", "min_tokens"}),
-    "sglang": frozenset({"ignore_eos", "min_tokens"}),
-    "trtllm": frozenset({"ignore_eos", "min_tokens"}),
-    "lmdeploy": frozenset({"ignore_eos", "min_new_tokens"}),
-    "llamacpp": frozenset({"ignore_eos"}),
-    "tgi": frozenset(),
-    "ollama": frozenset(),
-}
 
 
 class ProfileError(ValueError):
@@ -46,7 +26,7 @@ class ProfileError(ValueError):
 class SimProfile:
     name: str
     kind: str
-    """Engine kind whose dialect is imitated (the catalog's EngineKind value)."""
+    """Engine imitated: a kind in ``engines.catalog``."""
     model: str
     """Served model name, as the engine would report it."""
     hardware: str
@@ -85,8 +65,11 @@ class SimProfile:
     simulated: bool = True
 
     def __post_init__(self) -> None:
-        if self.kind not in ENGINE_KINDS:
-            raise ProfileError(f"profile {self.name!r}: unknown engine kind {self.kind!r}")
+        if self.kind not in kinds():
+            raise ProfileError(
+                f"profile {self.name!r}: unknown engine kind {self.kind!r}; "
+                f"known: {', '.join(kinds())}"
+            )
         positives = {
             "max_num_seqs": self.max_num_seqs,
             "kv_block_size_tokens": self.kv_block_size_tokens,
@@ -107,8 +90,9 @@ class SimProfile:
             raise ProfileError(f"profile {self.name!r}: a decode step must take some time")
 
     @property
-    def length_controls(self) -> frozenset[str]:
-        return LENGTH_CONTROLS[self.kind]
+    def spec(self) -> EngineSpec:
+        """The catalog's spec of the imitated engine."""
+        return get_spec(self.kind)
 
     def step_time_s(self, batch: int, kv_tokens: int, prefill_tokens: int = 0) -> float:
         """Duration of one engine step: decode law plus the prefill work it carries."""

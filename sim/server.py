@@ -37,8 +37,6 @@ from sim.textgen import LengthPlan, block_hashes, output_words, plan_output
 
 GROUND_TRUTH_TOKEN_LIMIT = 1_000_000
 """Token times kept as ground truth (about 32 MB); a long demo drops the oldest traces."""
-# Engines that answer 404 for a model name they do not serve; the others ignore it.
-STRICT_MODEL_NAME = frozenset({"vllm", "trtllm", "lmdeploy", "ollama"})
 
 
 @dataclass(slots=True)
@@ -203,14 +201,14 @@ class SimServer:
         return web.json_response(error_body(message, status, kind), status=status)
 
     async def generate(self, request: web.Request, api: str) -> web.StreamResponse:
-        if self.profile.kind == "ollama":
-            await self.loaded.wait()  # Ollama loads the model on demand: the request waits
+        if self.profile.spec.loading_status == 200:
+            await self.loaded.wait()  # it loads the model on demand: the request waits
         try:
             req = parse_request(api, await request.read())
         except BadRequest as exc:
             return self._json_error(str(exc), exc.status)
         p = self.profile
-        if req.model and req.model != p.model and p.kind in STRICT_MODEL_NAME:
+        if req.model and req.model != p.model and p.spec.checks_model_name:
             return self._json_error(f"The model `{req.model}` does not exist.", 404)
         n_prompt = len(req.prompt_tokens)
         if req.max_tokens is not None and n_prompt + req.max_tokens > p.max_model_len:
@@ -273,7 +271,8 @@ class SimServer:
         p = self.profile
         words = output_words(self.seed, live.index, live.plan.tokens)
         model = req.model or p.model
-        shaper = Shaper(req.api, rid, model, int(time.time()), p.kind == "llamacpp")
+        llamacpp = p.spec.dialect == "llamacpp"
+        shaper = Shaper(req.api, rid, model, int(time.time()), llamacpp)
         ollama = req.api.startswith("ollama")
         resp: web.StreamResponse | None = None
         # One serialisation per response; each token only splices its text in.
@@ -367,7 +366,7 @@ class SimServer:
         await self._sse(resp, shaper.finish(plan.finish_reason))
         if req.include_usage:
             extra = {}
-            if p.kind == "llamacpp":
+            if p.spec.dialect == "llamacpp":
                 extra["timings"] = {
                     "cache_n": trace.cached_tokens,
                     "prompt_n": trace.prompt_tokens - trace.cached_tokens,

@@ -97,7 +97,7 @@ def plan_output(
     """
     cap = profile.default_max_tokens if max_tokens is None else max_tokens
     natural = rng.randint(profile.eos_min_tokens, profile.eos_max_tokens)
-    controls = profile.length_controls
+    controls = profile.spec.length_fields
     if ignore_eos and "ignore_eos" in controls:
         return LengthPlan(cap, "length")
     n = min(natural, cap)

@@ -19,7 +19,6 @@ import aiohttp
 
 from agents.runtime import Deployment
 from engines.dialects.prom import MetricsParseError
-from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
 from engines.sample import EngineSample
 from telemetry import EngineTelemetry
 
@@ -35,7 +34,12 @@ class ScrapeSpec(Protocol):
     @property
     def metrics_path(self) -> str | None: ...
 
+    @property
+    def slots_path(self) -> str | None: ...
+
     def parse_metrics(self, payload: str | bytes) -> EngineSample: ...
+
+    def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +130,9 @@ class EngineScraper:
         slots_error: str | None = None
         try:
             metrics = await self._fetch(url, metrics_path, headers)
-            if dep.kind == "llamacpp" or dep.config.get("dialect") == "llamacpp":
+            if spec.slots_path:
                 try:
-                    slots = await self._fetch(url, "/slots", headers)
+                    slots = await self._fetch(url, spec.slots_path, headers)
                 except ScrapeError as exc:  # an HTTP error: a server without --slots
                     slots_error = None if exc.status else str(exc)
         except ScrapeError as exc:
@@ -203,7 +207,7 @@ def _parse(dep_id: str, spec: ScrapeSpec, metrics: bytes, slots: bytes | None) -
     if slots is None:
         return Scrape(sample)
     try:
-        return Scrape(merge_llamacpp(sample, parse_llamacpp_slots(slots)))
+        return Scrape(spec.with_slots(sample, slots))
     except Exception as exc:
         return Scrape(sample, _parse_failure(dep_id, exc))
 

@@ -17,9 +17,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from agents.catalog_adapter import compose_path, get_spec, launch_config
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
 from agents.runtime.state import StateStore, deployment_from_record
-from agents.specs import get_spec
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,12 @@ class ComposeRuntime:
         """The engine's Compose file for this platform and the environment it runs with."""
         spec = get_spec(dep.kind)
         try:
-            path = spec.compose_file(self.platform)
+            path = compose_path(spec, self.platform)
             env = spec.compose_env(
-                dep.config, deployment_id=dep.id, node=self.node, platform=self.platform
+                launch_config(dep.config),
+                deployment_id=dep.id,
+                node=self.node,
+                platform=self.platform,
             )
         except (FileNotFoundError, ValueError, TypeError) as exc:
             raise RuntimeError_(f"cannot prepare {dep.kind}: {exc}") from exc

@@ -16,11 +16,11 @@ from typing import Any
 
 import psutil
 
+from agents.catalog_adapter import get_spec, launch_config
 from agents.config import AgentConfig
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
 from agents.runtime.state import StateStore, deployment_from_record
 from agents.security import open_private, private_dir
-from agents.specs import get_spec
 
 ENGINE_ENV = (
     "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
@@ -35,7 +35,9 @@ def command_for(binary: Path, dep: Deployment) -> tuple[list[str], dict[str, str
     """The catalog's flags for the engine, bound to the deployment's own address, and
     the whole environment it runs with."""
     try:
-        args, settings = get_spec(dep.kind).native_command({**dep.config, "port": dep.port})
+        args, settings = get_spec(dep.kind).native_command(
+            launch_config({**dep.config, "port": dep.port})
+        )
     except ValueError as exc:  # LaunchConfig / UnsupportedOption refusals
         raise RuntimeError_(f"cannot launch {dep.kind}: {exc}") from exc
     # The catalog binds 0.0.0.0 for containers; a bare process stays on the agent's address

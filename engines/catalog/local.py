@@ -5,15 +5,19 @@ from __future__ import annotations
 from engines.catalog.flags import choice, integer, switch
 from engines.catalog.servers import opt
 from engines.catalog.spec import EngineSpec
-from engines.catalog.types import EngineKind, LaunchConfig, UnsupportedOption
+from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
+from engines.dialects import PromDialect
+from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
+from engines.sample import EngineSample
 
 RIG_IMAGE = "infer-top/llama-server:0.3.36-r1"
 _KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
 class LlamacppSpec(EngineSpec):
-    kind = EngineKind.LLAMACPP
+    kind = "llamacpp"
     display_name = "llama.cpp"
+    dialect = "llamacpp"
     image = "ghcr.io/ggml-org/llama.cpp:server-cuda"
     jetson_image = "dustynv/llama_cpp:r36.4.0"
     cpu_image = RIG_IMAGE
@@ -21,8 +25,24 @@ class LlamacppSpec(EngineSpec):
     entrypoint = ("llama-server",)
     # binds its port first and answers 503 "Loading model" while loading
     refuses_while_loading = False
+    loading_status = 503
+    closes_after_stream = True
+    slots_path = "/slots"
     tp_engine = False
     api_key_env = "LLAMA_API_KEY"
+    # -c KV cells for all -np slots together (each slot gets c/np), allocated up front
+    memory = MemoryRule(None, overhead_mib=256, concurrency="slots (-np)")
+    # The KV gauges exist only in builds before May 2025 (PR #13660); newer builds
+    # need the /slots estimate (with_slots).
+    metric_names = PromDialect(
+        kv_usage=("llamacpp:kv_cache_usage_ratio",),
+        running=("llamacpp:requests_processing",),
+        waiting=("llamacpp:requests_deferred",),
+        prompt_tokens=("llamacpp:prompt_tokens_total",),
+        generation_tokens=("llamacpp:tokens_predicted_total",),
+        prefix_hits=("llamacpp:prompt_tokens_cached_total",),
+        prefix_misses=("llamacpp:prompt_tokens_total",),
+    )
     # common/arg.cpp spellings (llama.cpp takes "--flag value" only, never "--flag=value")
     extra_flags = (
         integer("-t", "--threads", low=1, high=1024),
@@ -47,6 +67,9 @@ class LlamacppSpec(EngineSpec):
         r"llama_kv_cache\w*: size = [^(\n]*\(\s*(\d+) cells",
         r"llama_context: n_ctx\s*=\s*(\d+)",
     )
+
+    def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
+        return merge_llamacpp(sample, parse_llamacpp_slots(payload))
 
     def slots(self, cfg: LaunchConfig) -> int:
         return cfg.max_num_seqs or 1
@@ -101,20 +124,26 @@ class LlamacppSpec(EngineSpec):
 
 
 class OllamaSpec(EngineSpec):
-    kind = EngineKind.OLLAMA
+    kind = "ollama"
     display_name = "Ollama"
+    dialect = "ollama"
     image = "ollama/ollama:0.12.6"
     jetson_image = "dustynv/ollama:r36.4.0"
     container_port = 11434
     entrypoint = ("ollama",)
     health_path = "/"  # answers "Ollama is running"; models load per request
     refuses_while_loading = False
+    loading_status = 200  # a request waits while its model loads
+    checks_model_name = True
     tp_engine = False
     metrics_path = "/api/ps"
     metrics_format = "ollama_ps"
     model_is_path = False  # `ollama serve` loads nothing; models are pulled by name
     exact_length_style = None  # num_predict caps, nothing forces past EOS
+    length_fields = frozenset()
     kv_log_patterns = (r"\bn_ctx\s*=\s*(\d+)",)
+    # context x OLLAMA_NUM_PARALLEL cells, allocated up front
+    memory = MemoryRule(None, overhead_mib=256, concurrency="OLLAMA_NUM_PARALLEL")
 
     def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
         self.unsupported(

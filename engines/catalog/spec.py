@@ -2,7 +2,10 @@
 
 Each engine is a subclass that sets the class attributes and renders its own
 flags in ``_flags``; everything shared (Compose env, health rules, metrics
-dispatch, log scraping) lives here once.
+dispatch, log scraping) lives here once.  Everything that differs between
+engines is an attribute or method here, so the rest of infer-top (agents, the
+load generator, the simulator, the TUI) reads the catalog instead of keeping
+its own per-engine lists.
 """
 
 from __future__ import annotations
@@ -16,17 +19,17 @@ from dataclasses import replace
 from engines.catalog.flags import Flag, checked_extra_args
 from engines.catalog.types import (
     PLATFORMS,
-    EngineKind,
     Health,
     LaunchConfig,
+    MemoryRule,
     MetricsFormat,
     UnsupportedOption,
 )
 from engines.dialects import (
     MetricsParseError,
+    PromDialect,
     parse_ollama_ps,
     parse_trtllm_iteration_stats,
-    prom_dialect,
 )
 from engines.sample import EngineSample
 
@@ -51,8 +54,13 @@ def env_file_text(env: Mapping[str, str]) -> str:
 
 
 class EngineSpec:
-    kind: EngineKind
+    kind: str
+    """The engine's id everywhere: catalog, allow-lists, Compose file names, the wire."""
     display_name: str
+    dialect: str
+    """The engine family whose HTTP surface and metrics this engine speaks (routes, stream
+    shapes, series names and labels): the simulator imitates an engine by this name, so a
+    fork that speaks its parent's dialect names the parent."""
     image: str
     """Official x86-64 CUDA image (pinned tag; override with LaunchConfig.image)."""
     jetson_image: str | None = None
@@ -65,16 +73,34 @@ class EngineSpec:
     health_path: str = "/health"
     refuses_while_loading: bool = True
     """True where the HTTP port opens only after the model loaded (vLLM, TGI...)."""
+    loading_status: int | None = None
+    """What ``health_path`` answers while the model loads: None where connections are
+    refused until it has loaded; 503 where the port is open and says "loading" (llama.cpp;
+    SGLang through its warm-up); 200 where models load per request (Ollama)."""
+    checks_model_name: bool = False
+    """Answers 404 to a request naming a model it does not serve (others ignore the name)."""
+    closes_after_stream: bool = False
+    """Closes the connection after every streamed answer (llama-server): a client's pooled
+    connection would fail on reuse, so it must open fresh ones."""
     metrics_path: str | None = "/metrics"
     metrics_format: MetricsFormat | None = "prometheus"
+    metric_names: PromDialect | None = None
+    """Which Prometheus series hold each sample field (the first present name wins)."""
     json_metrics_path: str | None = None
     """A second, JSON telemetry endpoint (TensorRT-LLM's iteration stats)."""
+    slots_path: str | None = None
+    """Per-slot state (llama.cpp's ``/slots``) that completes the metrics page's sample."""
     usage_in_stream: bool = True
     """Sends ``usage`` in the last chunk when asked (``stream_options.include_usage``)."""
     exact_length_style: tuple[str, ...] | None = ("max_tokens", "ignore_eos")
     """Body fields that together force an exact output length; None: impossible."""
+    length_fields: frozenset[str] = frozenset({"ignore_eos"})
+    """Every request field the engine honours that keeps an answer going past the model's
+    own end of sequence (``ignore_eos``, a minimum length): the simulator obeys these."""
     kv_log_patterns: tuple[str, ...] = ()
     """Regexes whose first group is the KV capacity in tokens (last match wins)."""
+    memory: MemoryRule
+    """How the engine budgets GPU memory (the fit estimator's rule)."""
     tp_engine: bool = True
     """Needs ``ipc: host`` (NCCL shared memory) when sharded."""
     extra_flags: tuple[Flag, ...] = ()
@@ -128,18 +154,22 @@ class EngineSpec:
         if platform == "jetson":
             if self.jetson_image is None:
                 raise UnsupportedOption(f"{self.display_name} has no Jetson image")
-            return f"{self.kind.value}-jetson"
+            return f"{self.kind}-jetson"
         if platform == "cpu":
             if self.cpu_image is None:
                 raise UnsupportedOption(f"{self.display_name} has no CPU compose file")
-            return f"{self.kind.value}-cpu"
-        return self.kind.value
+            return f"{self.kind}-cpu"
+        return self.kind
+
+    def default_image(self, platform: str) -> str | None:
+        """The catalog's image for this platform (None where the engine has none)."""
+        chosen = {"nvidia": self.image, "jetson": self.jetson_image, "cpu": self.cpu_image}
+        return chosen.get(platform)
 
     def image_for(self, cfg: LaunchConfig, platform: str) -> str:
         if cfg.image:
             return cfg.image
-        chosen = {"nvidia": self.image, "jetson": self.jetson_image, "cpu": self.cpu_image}
-        image = chosen.get(platform)
+        image = self.default_image(platform)
         if image is None:
             self.compose_name(platform)  # raises the clear error
             raise ValueError(f"no image for {platform}")  # pragma: no cover
@@ -154,7 +184,7 @@ class EngineSpec:
             if not _IDENT.fullmatch(value):
                 raise ValueError(f"{label} {value!r} must match {_IDENT.pattern}")
         env = {
-            "ENGINE_KIND": self.kind.value,
+            "ENGINE_KIND": self.kind,
             "ENGINE_IMAGE": self.image_for(cfg, platform),
             "ENGINE_PORT": str(cfg.port),
             "ENGINE_BIND": "127.0.0.1",
@@ -212,6 +242,10 @@ class EngineSpec:
         return {key: values[key] for key in self.exact_length_style}
 
     # -- telemetry ---------------------------------------------------------
+    def metric_names_for(self, version: str | None) -> PromDialect | None:
+        """``metric_names`` as this engine version spells them (vLLM renamed series)."""
+        return self.metric_names
+
     def parse_metrics(self, payload: str | bytes, *, version: str | None = None) -> EngineSample:
         """Payload of ``metrics_path`` → EngineSample; MetricsParseError on garbage."""
         version = version or self.image_version
@@ -219,17 +253,22 @@ class EngineSpec:
         if self.json_metrics_path and _looks_like_json(payload):
             fmt = "json"
         try:
-            if fmt == "prometheus":
-                return prom_dialect(self.kind.value, version).parse(payload, version=version)
+            names = self.metric_names_for(version)
+            if fmt == "prometheus" and names is not None:
+                return names.parse(payload, engine=self.kind, version=version)
             if fmt == "ollama_ps":
-                return parse_ollama_ps(payload, version=version)
+                return parse_ollama_ps(payload, engine=self.kind, version=version)
             if fmt == "json":
-                return parse_trtllm_iteration_stats(payload, version=version)
+                return parse_trtllm_iteration_stats(payload, engine=self.kind, version=version)
         except MetricsParseError:
             raise
         except Exception as exc:  # a dialect bug must still read as a parse failure
-            raise MetricsParseError(f"{self.kind.value} metrics: {exc!r}") from exc
+            raise MetricsParseError(f"{self.kind} metrics: {exc!r}") from exc
         raise MetricsParseError(f"{self.display_name} exports no metrics endpoint")
+
+    def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
+        """``sample`` completed by a page of ``slots_path``; MetricsParseError on garbage."""
+        raise MetricsParseError(f"{self.display_name} has no slots page")
 
     def kv_capacity_from_log(self, text: str) -> int | None:
         """KV capacity in tokens as the engine's start-up log states it, if it does."""
@@ -245,7 +284,7 @@ class EngineSpec:
         return None
 
     def __repr__(self) -> str:
-        return f"<EngineSpec {self.kind.value}>"
+        return f"<EngineSpec {self.kind}>"
 
 
 def _looks_like_json(payload: str | bytes) -> bool:

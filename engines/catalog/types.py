@@ -1,4 +1,4 @@
-"""The catalog's vocabulary: engine kinds, launch config, health states."""
+"""The catalog's vocabulary: launch config, health states, memory rules."""
 
 from __future__ import annotations
 
@@ -6,16 +6,6 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
-
-
-class EngineKind(StrEnum):
-    VLLM = "vllm"
-    SGLANG = "sglang"
-    TGI = "tgi"
-    LLAMACPP = "llamacpp"
-    OLLAMA = "ollama"
-    TRTLLM = "trtllm"
-    LMDEPLOY = "lmdeploy"
 
 
 class Health(StrEnum):
@@ -32,6 +22,22 @@ MetricsFormat = Literal["prometheus", "json", "ollama_ps"]
 
 class UnsupportedOption(ValueError):
     """A launch option the engine has no way to honour (e.g. TGI pipeline parallel)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRule:
+    """How an engine budgets GPU memory for weights and KV cache (``engines.fit`` reads it)."""
+
+    fraction: float | None
+    """The engine's default memory fraction; None where it takes none and allocates its
+    context cells up front, the rest of the card being the limit (llama.cpp, Ollama)."""
+    fraction_of: Literal["total", "free"] = "total"
+    """What the fraction is of: all memory, covering weights + KV (vLLM, SGLang, TGI), or
+    what is free once the weights loaded, all of it becoming KV (TensorRT-LLM, LMDeploy)."""
+    overhead_mib: int = 1024
+    """Activations, CUDA graphs and compute buffers: a rule of thumb."""
+    concurrency: str = "max_num_seqs"
+    """How the operator sets the number of concurrent sequences (named in the estimate's notes)."""
 
 
 @dataclass(frozen=True, slots=True)

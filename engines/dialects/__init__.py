@@ -6,7 +6,7 @@ from engines.dialects.jsonish import (
     parse_trtllm_iteration_stats,
 )
 from engines.dialects.prom import MetricsParseError, SeriesTable, parse_prometheus
-from engines.dialects.tables import PromDialect, prom_dialect, version_tuple
+from engines.dialects.tables import PromDialect, version_tuple
 
 __all__ = [
     "MetricsParseError",
@@ -16,6 +16,5 @@ __all__ = [
     "parse_ollama_ps",
     "parse_prometheus",
     "parse_trtllm_iteration_stats",
-    "prom_dialect",
     "version_tuple",
 ]

@@ -24,9 +24,9 @@ def _load_json(payload: str | bytes, what: str) -> object:
 
 
 def parse_trtllm_iteration_stats(
-    payload: str | bytes, *, version: str | None = None
+    payload: str | bytes, *, engine: str, version: str | None = None
 ) -> EngineSample:
-    what = "trtllm /metrics JSON"
+    what = f"{engine} /metrics JSON"
     data = _load_json(payload, what)
     if isinstance(data, Mapping):
         data = [data]
@@ -35,7 +35,7 @@ def parse_trtllm_iteration_stats(
     if not data:
         # No iteration ran since the last poll (the endpoint drains a queue):
         # that is "nothing measured", not an error and not zero.
-        return EngineSample(engine="trtllm", engine_version=version)
+        return EngineSample(engine=engine, engine_version=version)
     last = data[-1]
     if not isinstance(last, Mapping):
         raise MetricsParseError(f"{what}: iteration entry is {type(last).__name__}, not an object")
@@ -52,7 +52,7 @@ def parse_trtllm_iteration_stats(
     kv = used / total if used is not None and total else None
     hit = as_float(get_path(last, "kvCacheStats", "cacheHitRate"))
     return EngineSample(
-        engine="trtllm",
+        engine=engine,
         kv_cache_usage=None if kv is None else min(max(kv, 0.0), 1.0),
         requests_running=as_float(last.get("numActiveRequests")),
         requests_waiting=as_float(last.get("numQueuedRequests")),
@@ -62,8 +62,10 @@ def parse_trtllm_iteration_stats(
     )
 
 
-def parse_ollama_ps(payload: str | bytes, *, version: str | None = None) -> EngineSample:
-    what = "ollama /api/ps"
+def parse_ollama_ps(
+    payload: str | bytes, *, engine: str, version: str | None = None
+) -> EngineSample:
+    what = f"{engine} /api/ps"
     data = _load_json(payload, what)
     models = get_path(data, "models")
     if not isinstance(models, list):
@@ -82,7 +84,7 @@ def parse_ollama_ps(payload: str | bytes, *, version: str | None = None) -> Engi
     raw["size_vram_bytes"] = vram
     raw["size_bytes"] = size
     # Ollama reports no queue, no running count and no KV use: all stay None.
-    return EngineSample(engine="ollama", engine_version=version, raw=raw)
+    return EngineSample(engine=engine, engine_version=version, raw=raw)
 
 
 def ollama_response_counts(payload: str | bytes) -> tuple[int, int] | None:

@@ -10,9 +10,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from agents.catalog_adapter import get_spec
 from agents.collectors.engines import EngineScraper
 from agents.runtime import Deployment
-from agents.specs import get_spec
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.security import AuditLog
-from engines.catalog import ALL_SPECS, LaunchConfig, UnsupportedOption, get_spec
+from engines.catalog import LaunchConfig, UnsupportedOption, all_specs, get_spec
 
 from .conftest import TOKEN
 
@@ -110,7 +110,7 @@ NEVER = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.kind.value)
+@pytest.mark.parametrize("spec", all_specs(), ids=lambda s: s.kind)
 def test_no_engine_allows_a_flag_that_binds_loads_or_repeats_a_rendered_one(spec: Any) -> None:
     allowed = {name for flag in spec.extra_flags for name in flag.names}
     assert not allowed & NEVER

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE, compose_file
-from engines.catalog import ALL_SPECS, EngineSpec, LaunchConfig, env_file_text, get_spec
+from engines.catalog import EngineSpec, LaunchConfig, all_specs, env_file_text, get_spec
 
 
 def compose_cli() -> list[str]:
@@ -62,7 +62,7 @@ TUNING = {  # one tuning flag each engine's extra_flags allows (`ollama serve` t
 }
 GPU_PLATFORMS = [
     (spec, platform)
-    for spec in ALL_SPECS
+    for spec in all_specs()
     for platform in ("nvidia", "jetson")
     if platform == "nvidia" or spec.jetson_image
 ]
@@ -94,7 +94,7 @@ def test_catalog_env_renders_a_valid_project(
     )  # fmt: skip
     assert service["labels"] == {
         LABEL_MANAGED: "true",
-        LABEL_ENGINE: spec.kind.value,
+        LABEL_ENGINE: spec.kind,
         LABEL_DEPLOYMENT: "dep-42",
         LABEL_NODE: "gpu-node-1",
     }

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from engines.catalog import (
-    ALL_SPECS,
-    EngineKind,
     Health,
     LaunchConfig,
     UnsupportedOption,
+    all_specs,
     get_spec,
+    kinds,
 )
 
 FULL = LaunchConfig(
@@ -145,14 +145,14 @@ def test_launch_config_rejects_nonsense(bad: dict[str, object]) -> None:
 
 
 def test_catalog_lists_the_seven_engines_and_unknown_kinds_name_them() -> None:
-    assert [s.kind for s in ALL_SPECS] == list(EngineKind)
-    assert get_spec(EngineKind.VLLM) is get_spec("vllm")
+    assert kinds() == ("vllm", "sglang", "tgi", "llamacpp", "ollama", "trtllm", "lmdeploy")
+    assert [s.kind for s in all_specs()] == list(kinds())
     with pytest.raises(KeyError, match="known: vllm, sglang, tgi"):
         get_spec("triton")
 
 
 def test_jetson_images_exist_exactly_for_jetson_containers_engines() -> None:
-    jetson = {s.kind.value: s.jetson_image for s in ALL_SPECS if s.jetson_image}
+    jetson = {s.kind: s.jetson_image for s in all_specs() if s.jetson_image}
     assert set(jetson) == {"vllm", "ollama", "llamacpp"}
     assert all(image.startswith("dustynv/") for image in jetson.values())
     with pytest.raises(UnsupportedOption, match="no Jetson image"):
@@ -196,7 +196,7 @@ def test_exact_length_fields_where_the_engine_can_force_it() -> None:
     assert get_spec("llamacpp").exact_length_fields(64) == {"max_tokens": 64, "ignore_eos": True}
     assert get_spec("tgi").exact_length_fields(64) is None
     assert get_spec("ollama").exact_length_fields(64) is None
-    forcing = {s.kind.value for s in ALL_SPECS if s.exact_length_fields(8) is not None}
+    forcing = {s.kind for s in all_specs() if s.exact_length_fields(8) is not None}
     assert forcing == {"vllm", "sglang", "trtllm", "lmdeploy", "llamacpp"}
     with pytest.raises(ValueError):
         get_spec("vllm").exact_length_fields(0)
@@ -206,7 +206,7 @@ def test_metrics_endpoints_per_engine() -> None:
     assert get_spec("trtllm").metrics_path == "/prometheus/metrics"
     assert get_spec("ollama").metrics_path == "/api/ps"
     assert get_spec("ollama").metrics_format == "ollama_ps"
-    assert {s.metrics_format for s in ALL_SPECS} == {"prometheus", "ollama_ps"}
+    assert {s.metrics_format for s in all_specs()} == {"prometheus", "ollama_ps"}
 
 
 def test_kv_capacity_from_real_llama_server_log(fixtures_dir: Path) -> None:
@@ -237,3 +237,15 @@ def test_trtllm_kv_capacity_from_documented_log(fixtures_dir: Path) -> None:
     assert get_spec("trtllm").kv_capacity_from_log(log) == 263008
     blocks_only = "\n".join(line for line in log.splitlines() if "MemUsageChange" not in line)
     assert get_spec("trtllm").kv_capacity_from_log(blocks_only) == 8219 * 32
+
+
+def test_per_engine_facts_agree_with_each_other() -> None:
+    for spec in all_specs():
+        # what the load generator sends to force a length, the engine honours
+        assert set(spec.exact_length_style or ()) - {"max_tokens"} <= spec.length_fields
+        # a port that opens only once loaded: a refused connection then means "loading"
+        assert spec.loading_status is not None or spec.refuses_while_loading, spec.kind
+        assert (spec.slots_path is not None) is (spec.kind == "llamacpp")
+        assert (spec.metric_names is None) is (spec.metrics_format != "prometheus"), spec.kind
+    assert get_spec("llamacpp").closes_after_stream
+    assert [s.kind for s in all_specs() if s.memory.fraction is None] == ["llamacpp", "ollama"]

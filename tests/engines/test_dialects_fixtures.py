@@ -247,10 +247,9 @@ def _names(path: Path) -> set[str]:
 )
 def test_vllm_dialect_names_exist_in_that_version(version: str, fixture: str) -> None:
     """Every series the dialect reads for a version is one vLLM really exports."""
-    from engines.dialects import prom_dialect
-
     exported = _names(ENGINES / fixture)
-    dialect = prom_dialect("vllm", version)
+    dialect = get_spec("vllm").metric_names_for(version)
+    assert dialect is not None
     wanted = {
         "kv_usage": dialect.kv_usage,
         "running": dialect.running,

@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engines.catalog import (
-    ALL_SPECS,
     Health,
     LaunchConfig,
     MetricsParseError,
+    all_specs,
     env_file_text,
+    kinds,
     merge_llamacpp,
     parse_llamacpp_slots,
 )
@@ -36,7 +37,7 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 
-spec_st = st.sampled_from(ALL_SPECS)
+spec_st = st.sampled_from(all_specs())
 version_st = st.one_of(st.none(), st.text(max_size=12), st.from_regex(r"v?\d{1,3}\.\d{1,3}.*"))
 
 
@@ -114,7 +115,7 @@ def test_odd_json_documents(doc: object) -> None:
         pass
     else:
         assert_sane(merge_llamacpp(EngineSample(engine="llamacpp"), slots))
-    for spec in ALL_SPECS:
+    for spec in all_specs():
         if spec.metrics_format == "ollama_ps" or spec.json_metrics_path:
             parse_or_clear_error(spec, payload, None)
 
@@ -122,7 +123,7 @@ def test_odd_json_documents(doc: object) -> None:
 @SETTINGS
 @given(
     model=st.sampled_from(sorted(KNOWN_MODELS)),
-    kind=st.sampled_from(["vllm", "sglang", "tgi", "trtllm", "lmdeploy", "llamacpp", "ollama"]),
+    kind=st.sampled_from(kinds()),
     ctx=st.integers(min_value=1, max_value=262144),
     seqs=st.integers(min_value=1, max_value=512),
     tp=st.sampled_from([1, 2, 4, 8, 16]),

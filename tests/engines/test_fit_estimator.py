@@ -105,5 +105,5 @@ def test_invalid_shapes_and_inputs_are_refused() -> None:
         ModelShape("broken", 1.0, 0, 8, 128, 4096, 32, 4096)
     with pytest.raises(ValueError):
         estimate_fit(LLAMA8, "vllm", context_len=0, gpu_mem_total_bytes=GIB)
-    with pytest.raises(KeyError, match="no budgeting rule"):
+    with pytest.raises(KeyError, match="unknown engine kind 'triton'; known: vllm"):
         estimate_fit(LLAMA8, "triton", context_len=10, gpu_mem_total_bytes=GIB)

@@ -22,7 +22,7 @@ from textual.widgets import (
 )
 from textual.widgets.selection_list import Selection
 
-from control.engine_ops import fit_view, start_engine, stop_engine, swap_engine
+from control.engine_ops import engine_choices, fit_view, start_engine, stop_engine, swap_engine
 from control.services import describe_error
 from tui.messages import EngineActionDone, EngineProgress
 from tui.screens.base import BaseScreen
@@ -30,7 +30,6 @@ from tui.screens.fleet import engine_rows
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, selected_key, sync_table
 
 RUNTIMES = ("auto", "compose", "process", "sim")
-ENGINE_KINDS = ("llamacpp", "vllm", "sglang", "tgi", "ollama", "trtllm", "lmdeploy", "sim")
 
 
 def launch_config(kind: str, model: str, extra: str, context: str) -> dict[str, Any]:
@@ -66,7 +65,7 @@ class EngineScreen(BaseScreen):
                 with Horizontal(classes="row"):
                     yield Label("Engine  ")
                     yield Select[str](
-                        [(k, k) for k in ENGINE_KINDS],
+                        [(k, k) for k in engine_choices()],
                         id="kind",
                         value="llamacpp",
                         allow_blank=False,
