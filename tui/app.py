@@ -13,7 +13,8 @@ from textual.binding import Binding, BindingType
 from agents.protocol import TelemetryFrame
 from control.config import Config
 from control.model import FleetModel
-from control.services import NodeHandle, Services, describe_error
+from control.nodes import NodeHandle
+from control.services import Services, describe_error
 from store import rows_from_frame
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands

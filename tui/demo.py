@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from control.config import Config
-from control.services import NodeHandle, Report, Services
+from control.nodes import NodeHandle
+from control.services import Report, Services
 
 DEMO_NODE = "h200-demo"
 LIVE_SIMS: tuple[str, ...] = (
@@ -146,13 +147,13 @@ async def demo_services(
             store = open_store(db)
             services.exit_stack.callback(store.close)
             services.store = store
-            services.load_runner = lambda request: run_load(request, None)
+            services.load_runner = run_load
             url, token = await services.exit_stack.enter_async_context(embedded_agent(agent_config))
             client = AgentClient(url, token)
             services.exit_stack.push_async_callback(client.close)
             services.nodes = (NodeHandle(DEMO_NODE, url, client),)
             services.banner = demo_banner(real)
-            services.on_start = lambda report: _start_up(services, client, options, report)
+            services.on_start = lambda report: _start_up(store, services, client, options, report)
             yield config, services
 
 
@@ -165,14 +166,16 @@ async def _has_seed_runs(store: Any) -> bool:
     return set(SEED_PROFILES) <= found
 
 
-async def _start_up(services: Services, client: Any, options: DemoOptions, report: Report) -> None:
+async def _start_up(
+    store: Any, services: Services, client: Any, options: DemoOptions, report: Report
+) -> None:
     if options.sims:
         for i, profile in enumerate(LIVE_SIMS):
             report(f"starting simulated engine {profile}", i / (2 * len(LIVE_SIMS)), False)
             await client.start(
                 "sim", {"profile": profile}, [i % options.gpus], runtime="sim", wait=False
             )
-    if options.runs and not await _has_seed_runs(services.store):
+    if options.runs and not await _has_seed_runs(store):
         from control.demo_runs import simulate_seed_table
 
         def progress(text: str, fraction: float) -> None:
@@ -180,7 +183,7 @@ async def _start_up(services: Services, client: Any, options: DemoOptions, repor
 
         await asyncio.to_thread(
             simulate_seed_table,
-            services.store,
+            store,
             node=DEMO_NODE,
             start_epoch=services.clock() - 6 * 3600,
             progress=progress,

@@ -189,7 +189,7 @@ class LoadScreen(BaseScreen):
         if services.load_runner is None:
             self.post_message(LoadFinished(None, "no load generator is configured"))
             return
-        request = await resolve_target(services, request)
+        request = await resolve_target(services.node(request.node), request)
         recorder = RunRecorder(services.store, request)
         self.top.record_telemetry(request.node, True)
         try:
