@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agents.client import AgentError
 from control.loads import LoadRunner
 from control.nodes import NodeHandle
 from store import Store
@@ -61,10 +62,9 @@ class Services:
 
 def describe_error(exc: BaseException) -> str:
     """An exception as words for the operator (status and message when the agent sent them)."""
-    status = getattr(exc, "status", None)
-    message = getattr(exc, "message", None)
     text = str(exc).strip()
-    if isinstance(status, int) and message:
+    if isinstance(exc, AgentError) and exc.message:
+        status, message = exc.status, exc.message
         return f"unreachable: {message}" if status == 0 else f"agent answered {status}: {message}"
     if isinstance(exc, ValueError | TypeError | KeyError):
         # a JSON decode error, a frame that does not parse: the peer is not (this) agent
