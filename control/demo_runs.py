@@ -12,11 +12,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from loadgen.profiles import ClosedLoop
 from loadgen.stats import summarise_level
 from runs.records import ErrorKind, RequestRecord
+from store import Store
+
+if TYPE_CHECKING:  # the simulator itself is imported when a run is simulated
+    from sim import RequestTrace
 
 SEED_PROFILES: tuple[str, ...] = (
     "h100-llama2-7b-trtllm",
@@ -51,7 +55,9 @@ _ERRORS = {
 }
 
 
-def trace_to_record(trace: Any, run_id: str, level: int, index: int, epoch: float) -> RequestRecord:
+def trace_to_record(
+    trace: RequestTrace, run_id: str, level: int, index: int, epoch: float
+) -> RequestRecord:
     times = tuple(epoch + t for t in trace.token_times_s)
     ok = str(trace.outcome) == "ok" and bool(times)
     error = None if ok else _ERRORS.get(str(trace.outcome), ErrorKind.NO_CONTENT)
@@ -78,7 +84,7 @@ def trace_to_record(trace: Any, run_id: str, level: int, index: int, epoch: floa
 
 
 def simulate_run(
-    store: Any,
+    store: Store,
     profile_name: str,
     *,
     node: str,
@@ -139,7 +145,7 @@ def simulate_run(
 
 
 def simulate_seed_table(
-    store: Any,
+    store: Store,
     *,
     node: str,
     start_epoch: float,

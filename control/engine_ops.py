@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agents.protocol import EngineInfo
-from control.services import AgentLike
+from control.nodes import AgentLike, LaunchFields
 from engines.catalog import kinds
 
 Progress = Callable[[str, float | None], None]
@@ -107,26 +106,25 @@ async def wait_healthy(
 async def start_engine(
     client: AgentLike,
     kind: str,
-    config: Mapping[str, Any],
+    config: LaunchFields,
     gpus: Sequence[int],
     progress: Progress,
     *,
     runtime: str | None = None,
-    **wait: Any,
 ) -> EngineInfo:
     progress(f"asking the agent to start {kind} on GPU(s) {list(gpus) or 'none'}", 0.05)
     info = await client.start(kind, dict(config), list(gpus), runtime=runtime, wait=False)
     progress(f"agent accepted: deployment {info.id}", 0.1)
-    return await wait_healthy(client, info.id, progress, **wait)
+    return await wait_healthy(client, info.id, progress)
 
 
 async def swap_engine(
-    client: AgentLike, engine_id: str, config: Mapping[str, Any], progress: Progress, **wait: Any
+    client: AgentLike, engine_id: str, config: LaunchFields, progress: Progress
 ) -> EngineInfo:
     progress(f"asking the agent to swap {engine_id}", 0.05)
     result = await client.swap(engine_id, dict(config))
-    new_id = getattr(result, "id", None) or engine_id
-    return await wait_healthy(client, new_id, progress, **wait)
+    # the agent answers with the deployment that replaced it (its id may be new)
+    return await wait_healthy(client, result.id or engine_id, progress)
 
 
 async def stop_engine(client: AgentLike, engine_id: str, progress: Progress) -> None:

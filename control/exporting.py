@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from control.services import Services
+from store.export import comparison_to_csv, comparison_to_json, comparison_to_markdown
+from store.models import Comparison
 
-FORMATS = {"md": "comparison_to_markdown", "csv": "comparison_to_csv", "json": "comparison_to_json"}
+FORMATS: dict[str, Callable[[Comparison], str]] = {
+    "md": comparison_to_markdown,
+    "csv": comparison_to_csv,
+    "json": comparison_to_json,
+}
 
 
 def export_comparison(services: Services, run_ids: Sequence[str], fmt: str) -> Path:
@@ -18,16 +23,14 @@ def export_comparison(services: Services, run_ids: Sequence[str], fmt: str) -> P
         raise RuntimeError("no run store is configured")
     if not run_ids:
         raise ValueError("pick at least one run")
-    export = importlib.import_module("store.export")
-    render = getattr(export, FORMATS[fmt])
-    text = render(services.store.compare(list(run_ids)))
+    text = FORMATS[fmt](services.store.compare(list(run_ids)))
     services.exports_dir.mkdir(parents=True, exist_ok=True)
     stem = "compare-" + "-".join(r[:8] for r in run_ids[:4])
     for n in range(1000):
         path = services.exports_dir / f"{stem}{'' if n == 0 else f'-{n}'}.{fmt}"
         try:
             with path.open("x", encoding="utf-8") as fh:
-                fh.write(text if isinstance(text, str) else str(text))
+                fh.write(text)
         except FileExistsError:
             continue
         return path

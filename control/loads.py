@@ -6,10 +6,12 @@ the interface never stutters) and is saved to the store by the worker's sink.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+
+from control.nodes import NodeHandle
+from runs.events import ProgressEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +60,13 @@ class LoadRequest:
     """The engine's GPUs: the store reads their energy over the run for tok/J."""
 
 
-def run_load(request: LoadRequest, store_path: Path | None) -> AsyncIterator[Any]:
-    """Progress events of the run; the last is ``RunFinished`` or ``RunFailed``."""
+LoadRunner = Callable[[LoadRequest], AsyncIterator[ProgressEvent]]
+"""Runs one load test, yielding its progress events (the app's ``Services.load_runner``)."""
+
+
+def run_load(request: LoadRequest, store_path: Path | None = None) -> AsyncIterator[ProgressEvent]:
+    """Progress events of the run; the last is ``RunFinished`` or ``RunFailed``.  With no
+    ``store_path`` the run's worker saves nothing: the caller records the events."""
     from loadgen.profiles import LoadSpec, concurrency_sweep
     from loadgen.runner import Target
     from loadgen.subproc import SinkSpec, run_load_in_subprocess
@@ -78,12 +85,10 @@ def run_load(request: LoadRequest, store_path: Path | None) -> AsyncIterator[Any
     return run_load_in_subprocess(spec, workload, target, where)
 
 
-async def resolve_target(services: Any, request: LoadRequest) -> LoadRequest:
-    """The engine's GPUs and the model name it serves: the agent's deployment record
-    first, else the engine's own ``/v1/models`` (engines refuse a name they do not serve)."""
-    from dataclasses import replace
-
-    handle = services.node(request.node)
+async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> LoadRequest:
+    """The engine's GPUs and the model name it serves: the agent's deployment record on
+    ``handle`` (the request's node) first, else the engine's own ``/v1/models`` (engines
+    refuse a name they do not serve)."""
     if handle is not None and handle.client is not None:
         try:
             infos = await handle.client.engines()
@@ -110,7 +115,7 @@ async def served_model(base_url: str, timeout_s: float = 5.0) -> str | None:
             async with s.get(f"{url}/models") as resp:
                 if resp.status != 200:
                     return None
-                data = await resp.json(content_type=None)
+                data: object = await resp.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
     models = data.get("data") if isinstance(data, dict) else None

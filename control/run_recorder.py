@@ -8,22 +8,22 @@ a run cut short keeps what it measured.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from control.loads import LoadRequest
+from runs.events import LevelFinished, ProgressEvent, RunFailed, RunFinished, RunStarted
+from store import Store
 
 
 class RunRecorder:
-    def __init__(self, store: Any | None, request: LoadRequest) -> None:
+    def __init__(self, store: Store | None, request: LoadRequest) -> None:
         self.store = store
         self.request = request
         self.run_id: str | None = None
         self.error: str | None = None
         self.finished = False
 
-    def on_event(self, event: Any) -> None:
-        name = type(event).__name__
-        if name == "RunStarted":
+    def on_event(self, event: ProgressEvent) -> None:
+        if isinstance(event, RunStarted):
             self.run_id = event.run_id
             if self.store is not None:
                 r = self.request
@@ -50,11 +50,12 @@ class RunRecorder:
                         "model": r.model,
                     },
                 )
-        elif name == "LevelFinished" and self.store is not None and self.run_id:
-            self.store.add_level(self.run_id, event.summary)
-        elif name == "RunFinished":
+        elif isinstance(event, LevelFinished):
+            if self.store is not None and self.run_id:
+                self.store.add_level(self.run_id, event.summary)
+        elif isinstance(event, RunFinished):
             self._close("completed")
-        elif name == "RunFailed":
+        elif isinstance(event, RunFailed):
             self.error = event.message
             self._close("failed")
 

@@ -10,53 +10,17 @@ Nothing here imports Textual.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
-from agents.protocol import EngineInfo, NodeInfo
-from telemetry import TelemetryFrame
+from agents.client import AgentError
+from control.loads import LoadRunner
+from control.nodes import NodeHandle
+from store import Store
 
-Report = Callable[[str, "float | None", bool], None]
-
-
-class AgentLike(Protocol):
-    """What the TUI needs of ``agents.client.AgentClient``."""
-
-    async def node_info(self) -> NodeInfo: ...
-
-    def stream(
-        self, since_seq: int | None = None, *, reconnect: bool = True
-    ) -> AsyncIterator[TelemetryFrame]: ...
-
-    async def engines(self) -> Sequence[EngineInfo]: ...
-
-    async def start(
-        self,
-        kind: str,
-        config: dict[str, Any],
-        gpus: list[int] | None = None,
-        *,
-        runtime: str | None = None,
-        wait: bool = True,
-    ) -> EngineInfo: ...
-
-    async def stop(self, engine_id: str) -> Any: ...
-
-    async def swap(self, engine_id: str, config: dict[str, Any]) -> Any: ...
-
-    def logs(self, engine_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class NodeHandle:
-    name: str
-    url: str
-    client: AgentLike | None
-    error: str | None = None
-    """Why there is no client (a config error the Fleet screen shows in words)."""
+Report = Callable[[str, float | None, bool], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +37,10 @@ class Backoff:
 @dataclass(slots=True)
 class Services:
     nodes: tuple[NodeHandle, ...] = ()
-    store: Any | None = None
-    """A ``store.Store`` (sqlite) or None; reads go through a worker thread."""
-    load_runner: Callable[..., AsyncIterator[Any]] | None = None
-    """``loadgen`` entry point yielding progress events, or None."""
+    store: Store | None = None
+    """The run store (sqlite) or None; reads go through a worker thread."""
+    load_runner: LoadRunner | None = None
+    """Runs a load test, yielding its progress events (``control.loads.run_load``), or None."""
     clock: Callable[[], float] = time.time
     stream_telemetry: bool = True
     """False in snapshot tests: they feed fixed frames instead of live streams."""
@@ -98,10 +62,9 @@ class Services:
 
 def describe_error(exc: BaseException) -> str:
     """An exception as words for the operator (status and message when the agent sent them)."""
-    status = getattr(exc, "status", None)
-    message = getattr(exc, "message", None)
     text = str(exc).strip()
-    if isinstance(status, int) and message:
+    if isinstance(exc, AgentError) and exc.message:
+        status, message = exc.status, exc.message
         return f"unreachable: {message}" if status == 0 else f"agent answered {status}: {message}"
     if isinstance(exc, ValueError | TypeError | KeyError):
         # a JSON decode error, a frame that does not parse: the peer is not (this) agent

@@ -10,30 +10,21 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
+from agents.client import AgentClient
+from agents.config import AgentConfig
 from control.config import Config, ConfigError
-from control.loads import LoadRequest, run_load
-from control.services import NodeHandle, Services
-
-
-def agent_client(url: str, token: str) -> Any:
-    from agents.client import AgentClient
-
-    return AgentClient(url, token)
-
-
-async def _close_client(client: Any) -> None:
-    close = getattr(client, "close", None) or getattr(client, "aclose", None)
-    if close is not None:
-        await close()
+from control.loads import run_load
+from control.nodes import NodeHandle
+from control.services import Services
+from store import open_store
 
 
 def node_handles(config: Config) -> list[NodeHandle]:
     handles = []
     for node in config.nodes:
         try:
-            client = agent_client(node.url, node.read_token())
+            client = AgentClient(node.url, node.read_token())
         except ConfigError as exc:
             handles.append(NodeHandle(node.name, node.url, None, error=str(exc)))
             continue
@@ -41,40 +32,31 @@ def node_handles(config: Config) -> list[NodeHandle]:
     return handles
 
 
-def open_store(config: Config) -> Any:
-    from store import open_store as _open
-
-    return _open(config.db_path)
-
-
 @asynccontextmanager
-async def build_services(config: Config, *, agent_config: Any = None) -> AsyncIterator[Services]:
+async def build_services(
+    config: Config, *, agent_config: AgentConfig | None = None
+) -> AsyncIterator[Services]:
     """Services for ``config``; everything started here is stopped on exit."""
     services = Services()
     async with services.exit_stack:
-        store = open_store(config)
+        store = open_store(config.db_path)
         services.exit_stack.callback(store.close)
         services.store = store
-        services.load_runner = lambda request: _runner(request)
+        services.load_runner = run_load
         handles = node_handles(config)
         if config.embedded:
             handles.append(await _embedded(services, agent_config))
         for h in handles:
             if h.client is not None:
-                services.exit_stack.push_async_callback(_close_client, h.client)
+                services.exit_stack.push_async_callback(h.client.close)
         services.nodes = tuple(handles)
         yield services
 
 
-def _runner(request: LoadRequest) -> AsyncIterator[Any]:
-    return run_load(request, None)
-
-
-async def _embedded(services: Services, agent_config: Any) -> NodeHandle:
+async def _embedded(services: Services, agent_config: AgentConfig | None) -> NodeHandle:
     """This machine, through an agent started in-process on 127.0.0.1."""
-    from agents.config import AgentConfig
     from agents.embedded import embedded_agent
 
     config = agent_config or AgentConfig(token=secrets.token_urlsafe(32), port=0)
     url, token = await services.exit_stack.enter_async_context(embedded_agent(config))
-    return NodeHandle(getattr(config, "node_name", "local"), url, agent_client(url, token))
+    return NodeHandle(config.node_name, url, AgentClient(url, token))

@@ -1,4 +1,5 @@
-"""infer-top's control plane: the Textual app (the only package importing Textual)."""
+"""infer-top's Textual app (the only package importing Textual): it draws the control
+plane in ``control/``."""
 
 from agents import __version__
 

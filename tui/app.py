@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import ClassVar
 
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.timer import Timer
 
 from control.config import Config
 from control.model import FleetModel
-from control.services import NodeHandle, Services, describe_error
+from control.nodes import NodeHandle
+from control.services import Report, Services, describe_error
 from telemetry import TelemetryFrame
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands
-from tui.screens.base import TABS
+from tui.screens.base import TABS, BaseScreen
 from tui.screens.compare import CompareScreen
 from tui.screens.engine import EngineScreen
 from tui.screens.fleet import FleetScreen
@@ -24,19 +28,24 @@ from tui.screens.help import HelpScreen
 from tui.screens.history import HistoryScreen
 from tui.screens.load import LoadScreen
 from tui.screens.node import NodeScreen
+from tui.screens.shared import RunsScreen
+
+SCREENS_BY_MODE: dict[str, type[BaseScreen]] = {
+    "fleet": FleetScreen,
+    "node": NodeScreen,
+    "engines": EngineScreen,
+    "load": LoadScreen,
+    "compare": CompareScreen,
+    "history": HistoryScreen,
+}
+"""The app's modes (its 1-6 screens); each screen is built with the app as its host."""
+
+RedrawListener = Callable[[list[float], float], None]
 
 
 class InferTopApp(App[int]):
     TITLE = "infer-top"
     CSS_PATH = "infer_top.tcss"
-    MODES: ClassVar[dict[str, Any]] = {
-        "fleet": FleetScreen,
-        "node": NodeScreen,
-        "engines": EngineScreen,
-        "load": LoadScreen,
-        "compare": CompareScreen,
-        "history": HistoryScreen,
-    }
     COMMANDS = App.COMMANDS | {ScreenCommands}
     BINDINGS: ClassVar[list[BindingType]] = [
         *(
@@ -56,10 +65,13 @@ class InferTopApp(App[int]):
         self.selected_node: str | None = services.nodes[0].name if services.nodes else None
         self._fleet_pending = False
         self._last_refresh = 0.0
-        self._refresh_timer: Any = None
+        self._refresh_timer: Timer | None = None
         self._arrivals: list[float] = []
         self._recording: Counter[str] = Counter()
-        self.redraw_listeners: list[Any] = []
+        for mode, screen in SCREENS_BY_MODE.items():
+            # the screen gets the app as its ScreenHost: no screen imports this module
+            self.add_mode(mode, partial(screen, self))
+        self.redraw_listeners: list[RedrawListener] = []
         """Called with (frame arrival times, shown at) in loop time after each redraw
         is on screen: the benchmark's lag probe."""
         if services.load_runner is not None:
@@ -90,7 +102,7 @@ class InferTopApp(App[int]):
             )
         self._notify_fleet()
 
-    async def _startup(self, work: Any) -> None:
+    async def _startup(self, work: Callable[[Report], Awaitable[None]]) -> None:
         loop_thread = threading.get_ident()
 
         def report(text: str, fraction: float | None, done: bool = False) -> None:
@@ -174,9 +186,8 @@ class InferTopApp(App[int]):
         self._last_refresh = asyncio.get_running_loop().time()
         if not self.is_running or not self._screen_stacks.get(self.current_mode):
             return
-        refresh = getattr(self.screen, "refresh_fleet", None)
-        if refresh is not None:
-            refresh()
+        if isinstance(self.screen, BaseScreen):  # not the help page over it
+            self.screen.refresh_fleet()
         if self.redraw_listeners:
             arrivals, self._arrivals = self._arrivals, []
             self.call_after_refresh(self._shown, arrivals)
@@ -190,23 +201,19 @@ class InferTopApp(App[int]):
     # -- cross-screen messages -----------------------------------------------------
 
     def on_runs_changed(self, message: RunsChanged) -> None:
-        for mode in ("compare", "history"):
-            screen = self._screen_for_mode(mode)
-            if screen is not None:
-                screen.post_message(RunsChanged())
+        for screen in self._runs_screens():
+            screen.post_message(RunsChanged())
 
     def on_startup_progress(self, message: StartupProgress) -> None:
-        for mode, _ in self.MODES.items():
-            screen = self._screen_for_mode(mode)
-            handler = getattr(screen, "show_startup", None)
-            if handler is not None:
-                handler(message)
+        for screen in self._runs_screens():
+            screen.show_startup(message)
         if message.done:
             self.post_message(RunsChanged())
 
-    def _screen_for_mode(self, mode: str) -> Any:
-        stack = self._screen_stacks.get(mode)
-        return stack[0] if stack else None
+    def _runs_screens(self) -> list[RunsScreen]:
+        """The screens listing stored runs (Compare, History) that were opened already."""
+        bases = (stack[0] for mode in SCREENS_BY_MODE if (stack := self._screen_stacks.get(mode)))
+        return [screen for screen in bases if isinstance(screen, RunsScreen)]
 
     def open_node(self, name: str) -> None:
         self.selected_node = name

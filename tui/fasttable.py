@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -23,22 +23,26 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
 
-CellsFn = Callable[[Any], Sequence[Any]]
+V = TypeVar("V")
+Cell = str | Text
+"""What a row shows in one column (a plain string or styled text)."""
 HEADER_STYLE = Style(bold=True, color="#d0d0d0", bgcolor="#303030")
 CURSOR_STYLE = Style(reverse=True)
 PAD = 1
 
 
 @dataclass(frozen=True, slots=True)
-class Item:
+class Item(Generic[V]):
     key: str
     version: object
     """Anything that changes when the row's cells would (a frame sequence number)."""
-    value: Any
+    value: V
+    """What the table's cells function draws the row from."""
 
 
-class FastTable(ScrollView, can_focus=True):
+class FastTable(ScrollView, Generic[V], can_focus=True):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "move(-1)", "Up", show=False),
         Binding("down", "move(1)", "Down", show=False),
@@ -52,29 +56,34 @@ class FastTable(ScrollView, can_focus=True):
     cursor_row: reactive[int] = reactive(0)
 
     class Selected(Message):
-        def __init__(self, table: FastTable, key: str) -> None:
+        # a plain Widget: a class nested in the generic table cannot use its row type
+        def __init__(self, table: Widget, key: str) -> None:
             super().__init__()
             self.table = table
             self.key = key
 
         @property
-        def control(self) -> FastTable:
+        def control(self) -> Widget:
             return self.table
 
     def __init__(
-        self, columns: Sequence[tuple[str, int]], cells: CellsFn, *, id: str | None = None
+        self,
+        columns: Sequence[tuple[str, int]],
+        cells: Callable[[V], Sequence[Cell]],
+        *,
+        id: str | None = None,
     ) -> None:
         super().__init__(id=id)
         self.columns = tuple(columns)
         self.cells_fn = cells
-        self.items: list[Item] = []
+        self.items: list[Item[V]] = []
         self._index: dict[str, int] = {}
         self._cache: dict[str, tuple[object, Strip]] = {}
         self._width = sum(w + 2 * PAD for _, w in self.columns)
         self._header = self._strip([label for label, _ in self.columns], HEADER_STYLE)
 
     # -- data --------------------------------------------------------------------
-    def set_items(self, items: Sequence[Item]) -> None:
+    def set_items(self, items: Sequence[Item[V]]) -> None:
         keys = [i.key for i in items]
         changed = keys != [i.key for i in self.items]
         self.items = list(items)
@@ -90,7 +99,7 @@ class FastTable(ScrollView, can_focus=True):
     def row_count(self) -> int:
         return len(self.items)
 
-    def cells(self, key: str) -> Sequence[Any]:
+    def cells(self, key: str) -> Sequence[Cell]:
         """The cells of row ``key`` as the screen shows them (tests read these)."""
         return self.cells_fn(self.items[self._index[key]].value)
 
@@ -99,7 +108,7 @@ class FastTable(ScrollView, can_focus=True):
         return self.items[self.cursor_row].key if self.items else None
 
     # -- drawing -------------------------------------------------------------------------
-    def _strip(self, cells: Sequence[Any], base: Style | None = None) -> Strip:
+    def _strip(self, cells: Sequence[Cell], base: Style | None = None) -> Strip:
         segments: list[Segment] = []
         for (_, width), cell in zip(self.columns, cells, strict=False):
             text = cell if isinstance(cell, Text) else Text(str(cell))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual.message import Message
+
+from runs.events import ProgressEvent
+from store import Comparison, LevelRow, RunInfo
 
 
 class FleetChanged(Message):
@@ -29,7 +31,7 @@ class EngineProgress(Message):
 
 @dataclass
 class LoadProgress(Message):
-    event: Any
+    event: ProgressEvent
 
 
 @dataclass
@@ -48,20 +50,20 @@ class RunsChanged(Message, bubble=False):
 class RunsLoaded(Message, bubble=False):
     """A screen's worker read the stored runs (None: no store is configured)."""
 
-    runs: list[Any] | None
+    runs: list[RunInfo] | None
 
 
 @dataclass
 class LevelsLoaded(Message, bubble=False):
     run_id: str
-    levels: list[Any]
+    levels: list[LevelRow]
 
 
 @dataclass
 class ComparisonLoaded(Message, bubble=False):
     """The comparison of the picked runs (None: nothing picked)."""
 
-    comparison: Any | None
+    comparison: Comparison | None
 
 
 @dataclass

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from tui.screens.base import ScreenHost
 
 SCREEN_TITLES: tuple[tuple[str, str], ...] = (
     ("fleet", "Fleet: every node, GPU and engine"),
@@ -18,15 +20,15 @@ SCREEN_TITLES: tuple[tuple[str, str], ...] = (
 
 
 class ScreenCommands(Provider):
-    def _commands(self) -> list[tuple[str, Any, str]]:
-        app: Any = self.app
-        out: list[tuple[str, Any, str]] = [
+    def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
+        app = self.app
+        out: list[tuple[str, Callable[[], object], str]] = [
             (f"Go to {title}", partial(app.switch_mode, mode), f"screen {mode}")
             for mode, title in SCREEN_TITLES
         ]
-        model = getattr(app, "model", None)
-        for name in model.nodes if model is not None else ():
-            out.append((f"Open node {name}", partial(app.open_node, name), "node"))
+        if isinstance(app, ScreenHost):
+            for name in app.model.nodes:
+                out.append((f"Open node {name}", partial(app.open_node, name), "node"))
         return out
 
     async def discover(self) -> Hits:

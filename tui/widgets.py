@@ -1,18 +1,23 @@
-"""Small widget helpers shared by the screens."""
+"""Table helpers, and the GPU and engine tables' columns and cells (Fleet, Node, Engines
+and Load test show them), shared by the screens so no screen imports another."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from datetime import UTC, datetime
 
 from rich.text import Text
 from textual.widgets import DataTable
 
-Row = tuple[str, Sequence[Any]]
-T = TypeVar("T")
+from control.model import NodeState, fmt, fmt_bytes, gauge, mem_pct, sparkline
+from telemetry import EngineTelemetry, GpuSample
+from tui.fasttable import Cell
+
+Row = tuple[str, Sequence[Cell]]
+"""(key, cells) of one table row."""
 
 
-def sync_table(table: DataTable[Any], rows: Sequence[Row]) -> None:
+def sync_table(table: DataTable[Cell], rows: Sequence[Row]) -> None:
     """Make ``table`` show ``rows`` (key, cells), touching only what changed.
 
     Rebuilding a table on every frame would reset the cursor and redraw every
@@ -36,15 +41,15 @@ def sync_table(table: DataTable[Any], rows: Sequence[Row]) -> None:
                 table.update_cell(key, columns[col], new, update_width=False)
 
 
-def _plain(cell: Any) -> str:
+def _plain(cell: Cell) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-def _style(cell: Any) -> str:
+def _style(cell: Cell) -> str:
     return str(cell.style) if isinstance(cell, Text) else ""
 
 
-def selected_key(table: DataTable[Any]) -> str | None:
+def selected_key(table: DataTable[Cell]) -> str | None:
     if table.row_count == 0:
         return None
     try:
@@ -96,7 +101,83 @@ ENGINE_COLUMNS: Columns = (
 )
 
 
-def add_fixed_columns(table: DataTable[Any], columns: Columns) -> DataTable[Any]:
+def add_fixed_columns(table: DataTable[Cell], columns: Columns) -> DataTable[Cell]:
     for label, width in columns:
         table.add_column(label, width=width, key=label)
     return table
+
+
+SPARK_W = 12
+
+GpuItem = tuple[NodeState, GpuSample]
+EngineItem = tuple[NodeState, EngineTelemetry]
+
+
+def gpu_items(nodes: Sequence[NodeState]) -> list[tuple[str, GpuItem]]:
+    return [(f"{n.name}/{g.index}", (n, g)) for n in nodes if n.frame for g in n.frame.gpus]
+
+
+def gpu_cells(item: GpuItem) -> tuple[Cell, ...]:
+    n, g = item
+    h = n.gpu_history.get(g.index)
+    return (
+        n.name,
+        str(g.index),
+        g.name.replace("NVIDIA ", ""),
+        fmt(g.util_pct, "%"),
+        Text(sparkline(h.util_pct if h else (), SPARK_W, 0, 100), style="green"),
+        f"{fmt_bytes(g.mem_used_bytes)}/{fmt_bytes(g.mem_total_bytes)}",
+        fmt(mem_pct(g), "%"),
+        fmt(g.power_w, "W"),
+        Text(sparkline(h.power_w if h else (), SPARK_W, 0, g.power_limit_w), style="yellow"),
+        fmt(g.temp_c, "°C"),
+        Text(sparkline(h.temp_c if h else (), SPARK_W, 20, 95), style="red"),
+    )
+
+
+def gpu_rows(nodes: Sequence[NodeState]) -> list[Row]:
+    return [(key, gpu_cells(item)) for key, item in gpu_items(nodes)]
+
+
+def health_cell(health: str) -> Text:
+    style = {
+        "healthy": "green",
+        "loading": "yellow",
+        "unhealthy": "bold red",
+        "dead": "bold white on red",
+    }.get(health, "dim")
+    return Text(health, style=style)
+
+
+def engine_items(nodes: Sequence[NodeState]) -> list[tuple[str, EngineItem]]:
+    return [(f"{n.name}/{e.id}", (n, e)) for n in nodes for e in n.engines]
+
+
+def engine_cells(item: EngineItem) -> tuple[Cell, ...]:
+    n, e = item
+    # 7-cell bar: with " 100%" and the estimate mark "~" it fills the 13-wide column exactly.
+    kv = gauge(e.kv_cache_usage, 7) + ("~" if e.kv_cache_usage_is_estimate else "")
+    return (
+        n.name,
+        e.id,
+        e.kind + (" SIM" if e.simulated else ""),
+        e.state,
+        health_cell(e.health),
+        kv,
+        fmt(e.requests_running),
+        fmt(e.requests_waiting),
+        fmt(e.generation_tok_s, "", 0),
+        Text(sparkline(n.engine_tok_s.get(e.id, ()), SPARK_W), style="cyan"),
+        fmt(None if e.ttft_p50_s is None else e.ttft_p50_s * 1000, " ms"),
+    )
+
+
+def engine_rows(nodes: Sequence[NodeState]) -> list[Row]:
+    return [(key, engine_cells(item)) for key, item in engine_items(nodes)]
+
+
+def when(ts: float | None) -> str:
+    """A stored run's time as its lists show it (UTC, to the minute)."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tui.demo import DEMO_NODE, LIVE_SIMS, DemoOptions, RealEngine, demo_banner, demo_services
+from control.demo import DEMO_NODE, LIVE_SIMS, DemoOptions, RealEngine, demo_banner, demo_services
 
 
 async def start_up(services: Any) -> list[tuple[str, float | None, bool]]:

@@ -260,8 +260,7 @@ def test_an_estimated_full_kv_cache_fits_its_engine_column() -> None:
     import dataclasses
 
     from control.model import NodeState
-    from tui.screens.fleet import engine_cells
-    from tui.widgets import ENGINE_COLUMNS
+    from tui.widgets import ENGINE_COLUMNS, engine_cells
 
     engine = dataclasses.replace(
         engines_at_load()[0], kv_cache_usage=1.0, kv_cache_usage_is_estimate=True

@@ -1,16 +1,18 @@
-"""What every screen shares: the banner, the screen tabs line, the footer."""
+"""What every screen shares: the banner, the screen tabs line, the footer, and what a
+screen needs of the app (:class:`ScreenHost`: the app passes itself in, so no screen
+imports the app module)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Protocol, runtime_checkable
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-if TYPE_CHECKING:
-    from tui.app import InferTopApp
+from control.model import FleetModel
+from control.services import Services
 
 # (key, mode, title): both the tabs line and the app's 1-6 bindings read it
 TABS: tuple[tuple[str, str, str], ...] = (
@@ -23,6 +25,25 @@ TABS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+@runtime_checkable  # the command palette, which Textual builds, checks the app it is given
+class ScreenHost(Protocol):
+    """What the screens (and the command palette) need of the app."""
+
+    @property
+    def services(self) -> Services: ...
+
+    @property
+    def model(self) -> FleetModel: ...
+
+    selected_node: str | None
+    """The node the Node screen shows (and the Engines screen offers first)."""
+
+    def open_node(self, name: str) -> None: ...
+
+    def record_telemetry(self, node: str, on: bool) -> None:
+        """Keep ``node``'s telemetry in the store (on) or stop (off): a load test runs."""
+
+
 def tabs_line(current: str) -> Text:
     line = Text(" infer-top ", style="bold reverse")
     for key, mode, title in TABS:
@@ -32,13 +53,12 @@ def tabs_line(current: str) -> Text:
     return line
 
 
-class BaseScreen(Screen[Any]):
+class BaseScreen(Screen[None]):
     MODE = ""
 
-    @property
-    def top(self) -> InferTopApp:
-        app: Any = self.app
-        return app  # type: ignore[no-any-return]
+    def __init__(self, top: ScreenHost) -> None:
+        super().__init__()
+        self.top = top
 
     def compose(self) -> ComposeResult:
         yield Static(tabs_line(self.MODE), id="tabs")

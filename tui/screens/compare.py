@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -12,16 +13,17 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from control.compare_view import comparison_curves, comparison_table, run_label
+from control.compare_view import Curve, comparison_curves, comparison_table, run_label
 from control.exporting import export_comparison
 from control.services import describe_error
+from store import RunInfo
 from tui.charts import Chart, ChartData, series_of
 from tui.messages import ComparisonLoaded, RunsLoaded
-from tui.screens.history import when
 from tui.screens.shared import RunsScreen
+from tui.widgets import when
 
 
-def default_pick(runs: list[Any], limit: int = 6) -> list[str]:
+def default_pick(runs: Sequence[RunInfo], limit: int = 6) -> list[str]:
     """The newest finished run of each engine kind: a useful first comparison."""
     picked: dict[str, str] = {}
     for r in runs:  # newest first
@@ -29,6 +31,13 @@ def default_pick(runs: list[Any], limit: int = 6) -> list[str]:
         if r.status == "completed" and kind not in picked and r.level_count:
             picked[kind] = r.run_id
     return list(picked.values())[:limit]
+
+
+CURVE_CHARTS: tuple[tuple[str, str, Callable[[Curve], Sequence[float | None]], str], ...] = (
+    # chart id, title, the curve's y values, y label
+    ("#curve-tps", "throughput vs concurrency", lambda c: c.output_tok_s, "output tok/s"),
+    ("#curve-ttft", "TTFT p50 vs concurrency", lambda c: c.ttft_p50_ms, "ms"),
+)
 
 
 class CompareScreen(RunsScreen):
@@ -50,7 +59,7 @@ class CompareScreen(RunsScreen):
                 yield SelectionList[str](id="pick", compact=True)
             yield Chart(id="curve-tps")
             yield Chart(id="curve-ttft")
-        self._runs: list[Any] = []
+        self._runs: list[RunInfo] = []
         self._picked_once = False
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
@@ -118,12 +127,9 @@ class CompareScreen(RunsScreen):
         )
         self._draw_curves(comparison_curves(comparison))
 
-    def _draw_curves(self, curves: list[Any]) -> None:
-        for plot_id, title, field, ylabel in (
-            ("#curve-tps", "throughput vs concurrency", "output_tok_s", "output tok/s"),
-            ("#curve-ttft", "TTFT p50 vs concurrency", "ttft_p50_ms", "ms"),
-        ):
-            series = (series_of(c.label, c.concurrency, getattr(c, field)) for c in curves)
+    def _draw_curves(self, curves: list[Curve]) -> None:
+        for plot_id, title, ys, ylabel in CURVE_CHARTS:
+            series = (series_of(c.label, c.concurrency, ys(c)) for c in curves)
             self.query_one(plot_id, Chart).show(
                 ChartData(
                     title,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any, ClassVar
+from collections.abc import Awaitable
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,22 +23,24 @@ from textual.widgets import (
 )
 from textual.widgets.selection_list import Selection
 
+from agents.protocol import EngineInfo
 from control.engine_ops import engine_choices, fit_view, start_engine, stop_engine, swap_engine
+from control.nodes import AgentLike, LaunchFields
 from control.services import describe_error
+from tui.fasttable import Cell
 from tui.messages import EngineActionDone, EngineProgress
 from tui.screens.base import BaseScreen
-from tui.screens.fleet import engine_rows
-from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, selected_key, sync_table
+from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
 RUNTIMES = ("auto", "compose", "process", "sim")
 
 
-def launch_config(kind: str, model: str, extra: str, context: str) -> dict[str, Any]:
+def launch_config(kind: str, model: str, extra: str, context: str) -> LaunchFields:
     """The form as the agent's launch config (``engines.catalog.LaunchConfig`` fields;
     a simulated engine takes its simulator profile in the model field)."""
     if kind == "sim":
         return {"profile": model.strip()}
-    config: dict[str, Any] = {"model": model.strip()}
+    config: LaunchFields = {"model": model.strip()}
     if extra.strip():
         config["extra_args"] = shlex.split(extra)
     if context.strip():
@@ -102,7 +105,7 @@ class EngineScreen(BaseScreen):
                     yield Button("Stop x", id="stop", variant="error", compact=True)
             with Vertical(id="engine-side"):
                 yield Static("Engines on the node", classes="section")
-                table: DataTable[Any] = DataTable(id="engine-table", cursor_type="row")
+                table: DataTable[Cell] = DataTable(id="engine-table", cursor_type="row")
                 add_fixed_columns(table, ENGINE_COLUMNS)
                 yield table
                 yield ProgressBar(total=1.0, id="progress", show_eta=False)
@@ -180,7 +183,7 @@ class EngineScreen(BaseScreen):
         style = {True: "green", False: "bold red", None: "yellow"}[view.fits]
         box.update(f"[{style}]{view.text}[/]")
 
-    def _client(self) -> Any:
+    def _client(self) -> AgentLike | None:
         name = self._node_name()
         handle = self.top.services.node(name) if name else None
         if handle is None or handle.client is None:
@@ -197,7 +200,7 @@ class EngineScreen(BaseScreen):
             event.button.id or "start"
         ]()
 
-    def _form(self) -> dict[str, Any] | None:
+    def _form(self) -> LaunchFields | None:
         model = self.query_one("#model", Input).value
         if not model.strip():
             self.notify("enter a model first", severity="warning")
@@ -260,7 +263,7 @@ class EngineScreen(BaseScreen):
         self.post_message(EngineProgress(text, fraction))
 
     @work(exclusive=True, group="engine-action", exit_on_error=False)
-    async def _run(self, node: str, action: str, op: Any) -> None:
+    async def _run(self, node: str, action: str, op: Awaitable[EngineInfo | None]) -> None:
         try:
             result = await op
         except Exception as exc:  # the agent's error, in words, on screen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,21 +14,19 @@ from control.model import (
     NodeStatus,
     fmt,
     fmt_bytes,
-    gauge,
-    mem_pct,
-    sparkline,
 )
-from telemetry import EngineTelemetry, GpuSample
-from tui.fasttable import FastTable, Item
+from tui.fasttable import Cell, FastTable, Item
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
     ENGINE_COLUMNS,
     GPU_COLUMNS,
     NODE_COLUMNS,
-    Row,
+    engine_cells,
+    engine_items,
+    gpu_cells,
+    gpu_items,
 )
 
-SPARK_W = 12
 STALE_AFTER_S = 5.0
 
 
@@ -53,7 +51,11 @@ def node_note(node: NodeState, now: float) -> str:
     return f"{source}, frame {age:.0f}s ago"
 
 
-def node_cells(item: tuple[NodeState, float]) -> tuple[Any, ...]:
+NodeItem = tuple[NodeState, float]
+"""A node and the clock when its row is drawn (its frame's age)."""
+
+
+def node_cells(item: NodeItem) -> tuple[Cell, ...]:
     n, now = item
     f = n.frame
     host = f.host if f else None
@@ -75,7 +77,7 @@ def node_cells(item: tuple[NodeState, float]) -> tuple[Any, ...]:
     )
 
 
-def node_items(nodes: list[NodeState], now: float) -> list[Item]:
+def node_items(nodes: list[NodeState], now: float) -> list[Item[NodeItem]]:
     # what a node row shows moves with its frame, its state and the age in whole seconds
     return [
         Item(
@@ -93,76 +95,12 @@ def node_items(nodes: list[NodeState], now: float) -> list[Item]:
     ]
 
 
-GpuItem = tuple[NodeState, GpuSample]
-EngineItem = tuple[NodeState, EngineTelemetry]
+V = TypeVar("V")
 
 
-def gpu_items(nodes: list[NodeState]) -> list[tuple[str, GpuItem]]:
-    return [(f"{n.name}/{g.index}", (n, g)) for n in nodes if n.frame for g in n.frame.gpus]
-
-
-def versioned(items: list[tuple[str, tuple[NodeState, Any]]]) -> list[Item]:
+def versioned(items: list[tuple[str, tuple[NodeState, V]]]) -> list[Item[tuple[NodeState, V]]]:
     """Rows change only when their node's frame does: its sequence is their version."""
     return [Item(key, n.frame.seq if n.frame else -1, (n, x)) for key, (n, x) in items]
-
-
-def gpu_cells(item: GpuItem) -> tuple[Any, ...]:
-    n, g = item
-    h = n.gpu_history.get(g.index)
-    return (
-        n.name,
-        str(g.index),
-        g.name.replace("NVIDIA ", ""),
-        fmt(g.util_pct, "%"),
-        Text(sparkline(h.util_pct if h else (), SPARK_W, 0, 100), style="green"),
-        f"{fmt_bytes(g.mem_used_bytes)}/{fmt_bytes(g.mem_total_bytes)}",
-        fmt(mem_pct(g), "%"),
-        fmt(g.power_w, "W"),
-        Text(sparkline(h.power_w if h else (), SPARK_W, 0, g.power_limit_w), style="yellow"),
-        fmt(g.temp_c, "°C"),
-        Text(sparkline(h.temp_c if h else (), SPARK_W, 20, 95), style="red"),
-    )
-
-
-def gpu_rows(nodes: list[NodeState]) -> list[Row]:
-    return [(key, gpu_cells(item)) for key, item in gpu_items(nodes)]
-
-
-def health_cell(health: str) -> Text:
-    style = {
-        "healthy": "green",
-        "loading": "yellow",
-        "unhealthy": "bold red",
-        "dead": "bold white on red",
-    }.get(health, "dim")
-    return Text(health, style=style)
-
-
-def engine_items(nodes: list[NodeState]) -> list[tuple[str, EngineItem]]:
-    return [(f"{n.name}/{e.id}", (n, e)) for n in nodes for e in n.engines]
-
-
-def engine_cells(item: EngineItem) -> tuple[Any, ...]:
-    n, e = item
-    # 7-cell bar: with " 100%" and the estimate mark "~" it fills the 13-wide column exactly.
-    kv = gauge(e.kv_cache_usage, 7) + ("~" if e.kv_cache_usage_is_estimate else "")
-    return (
-        n.name,
-        e.id,
-        e.kind + (" SIM" if e.simulated else ""),
-        e.state,
-        health_cell(e.health),
-        kv,
-        fmt(e.requests_running),
-        fmt(e.requests_waiting),
-        fmt(e.generation_tok_s, "", 0),
-        Text(sparkline(n.engine_tok_s.get(e.id, ()), SPARK_W), style="cyan"),
-        fmt(None if e.ttft_p50_s is None else e.ttft_p50_s * 1000, " ms"),
-    )
-
-
-def engine_rows(nodes: list[NodeState]) -> list[Row]:
-    return [(key, engine_cells(item)) for key, item in engine_items(nodes)]
 
 
 class FleetScreen(FilteredScreen):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -42,5 +42,5 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(id="help"):
             yield Static(HELP_TEXT, id="help-text")
 
-    async def action_dismiss(self, result: Any = None) -> None:
+    async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

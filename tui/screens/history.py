@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -16,9 +15,11 @@ from textual.widgets import Button, DataTable, Input, Label, Static
 from control.exporting import export_comparison
 from control.model import fmt
 from control.services import describe_error
+from store import RunInfo
+from tui.fasttable import Cell
 from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded
 from tui.screens.shared import FilteredScreen, RunsScreen
-from tui.widgets import Row, add_fixed_columns, selected_key, sync_table
+from tui.widgets import Row, add_fixed_columns, selected_key, sync_table, when
 
 RUN_COLUMNS = (
     ("Run", 12),
@@ -45,13 +46,7 @@ LEVEL_COLUMNS = (
 )
 
 
-def when(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
-
-
-def run_rows(runs: list[Any], text: str) -> list[Row]:
+def run_rows(runs: list[RunInfo], text: str) -> list[Row]:
     text = text.strip().lower()
     rows: list[Row] = []
     for r in runs:
@@ -112,14 +107,14 @@ class HistoryScreen(FilteredScreen, RunsScreen):
             placeholder="filter runs by id, name, engine, node", id="filter", classes="hidden"
         )
         yield Static("Stored runs", classes="section")
-        runs: DataTable[Any] = DataTable(id="runs", cursor_type="row")
+        runs: DataTable[Cell] = DataTable(id="runs", cursor_type="row")
         add_fixed_columns(runs, RUN_COLUMNS)
         yield runs
         yield Static("Levels of the opened run (enter)", classes="section", id="levels-title")
-        levels: DataTable[Any] = DataTable(id="levels", cursor_type="row")
+        levels: DataTable[Cell] = DataTable(id="levels", cursor_type="row")
         add_fixed_columns(levels, LEVEL_COLUMNS)
         yield levels
-        self._runs: list[Any] = []
+        self._runs: list[RunInfo] = []
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         if message.runs is None:

@@ -4,7 +4,7 @@ the target node's GPUs live; the run is saved to the store."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -16,11 +16,14 @@ from control.loads import PROFILES, LoadRequest, profile, resolve_target
 from control.model import fmt
 from control.run_recorder import RunRecorder
 from control.services import describe_error
+from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
+from runs.records import LevelSummary
+from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
+from tui.fasttable import Cell
 from tui.messages import LoadFinished, LoadProgress, RunsChanged
 from tui.screens.base import BaseScreen
-from tui.screens.fleet import gpu_rows
-from tui.widgets import Row, add_fixed_columns, sync_table
+from tui.widgets import Row, add_fixed_columns, gpu_rows, sync_table
 
 # Fits the 74 columns left of the GPU panel at 120 wide (each cell pads 1 each side);
 # the unit (ms) is in the caption above the table.
@@ -49,7 +52,7 @@ def _ms(v: float | None, digits: int = 0) -> str:
     return fmt(None if v is None else v * 1000, "", digits)
 
 
-def level_row(summary: Any) -> Row:
+def level_row(summary: LevelSummary) -> Row:
     return (
         str(summary.level_index),
         (
@@ -89,13 +92,13 @@ class LoadScreen(BaseScreen):
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
                 yield Static("Levels (latencies in ms)", classes="section")
-                table: DataTable[Any] = DataTable(id="load-levels", cursor_type="row")
+                table: DataTable[Cell] = DataTable(id="load-levels", cursor_type="row")
                 add_fixed_columns(table, LOAD_LEVEL_COLUMNS)
                 yield table
                 yield Chart(id="load-tps")
             with Vertical(id="load-right"):
                 yield Static("Target node GPUs", classes="section", id="load-gpu-title")
-                gpus: DataTable[Any] = DataTable(id="load-gpus", cursor_type="row")
+                gpus: DataTable[Cell] = DataTable(id="load-gpus", cursor_type="row")
                 add_fixed_columns(gpus, LOAD_GPU_COLUMNS)
                 yield gpus
         self.target_keys: list[str] = []
@@ -108,9 +111,10 @@ class LoadScreen(BaseScreen):
     def on_mount(self) -> None:
         self.refresh_fleet()
 
-    def _targets(self) -> dict[str, tuple[str, Any]]:
+    def _targets(self) -> dict[str, tuple[str, EngineTelemetry, str]]:
+        """The healthy engines with a URL, by node/engine: (node, engine, its URL)."""
         return {
-            f"{node}/{e.id}": (node, e)
+            f"{node}/{e.id}": (node, e, e.url)
             for node, e in self.top.model.engines()
             if e.url and e.health == "healthy"
         }
@@ -126,7 +130,7 @@ class LoadScreen(BaseScreen):
                 [
                     # kind first: a narrow select cuts the end, not what the engine is
                     (f"{e.kind}{' SIM' if e.simulated else ''} · {k}", k)
-                    for k, (_, e) in sorted(targets.items())
+                    for k, (_, e, _) in sorted(targets.items())
                 ]
             )
             if current in keys:
@@ -164,13 +168,13 @@ class LoadScreen(BaseScreen):
         if not isinstance(value, str) or value not in targets:
             self.notify("pick a healthy target engine first", severity="warning")
             return
-        node, engine = targets[value]
+        node, engine, url = targets[value]
         prof = profile(str(self.query_one("#profile", Select).value))
         request = LoadRequest(
             node=node,
             engine_id=engine.id,
             engine_kind=engine.kind,
-            url=engine.url,
+            url=url,
             model=engine.id,
             profile=prof,
             simulated=engine.simulated,
@@ -189,7 +193,7 @@ class LoadScreen(BaseScreen):
         if services.load_runner is None:
             self.post_message(LoadFinished(None, "no load generator is configured"))
             return
-        request = await resolve_target(services, request)
+        request = await resolve_target(services.node(request.node), request)
         recorder = RunRecorder(services.store, request)
         self.top.record_telemetry(request.node, True)
         try:
@@ -208,14 +212,13 @@ class LoadScreen(BaseScreen):
 
     def on_load_progress(self, message: LoadProgress) -> None:
         event = message.event
-        name = type(event).__name__
         status = self.query_one("#load-status", Static)
-        if name == "LevelStarted":
+        if isinstance(event, LevelStarted):
             self._levels[str(event.level_index)] = (
                 str(event.level_index),
                 (fmt(event.concurrency), "0", "0", "-", "-", "-", "-", "-", "starting"),
             )
-        elif name == "LevelProgress":
+        elif isinstance(event, LevelProgress):
             self._levels[str(event.level_index)] = (
                 str(event.level_index),
                 (
@@ -238,14 +241,14 @@ class LoadScreen(BaseScreen):
                 f"{event.failed} failed (errors: {errors}), "
                 f"{event.output_tok_s:,.0f} out tok/s"
             )
-        elif name == "LevelFinished":
+        elif isinstance(event, LevelFinished):
             row = level_row(event.summary)
             self._levels[row[0]] = row
             self.query_one("#load-progress", ProgressBar).update(
                 progress=len([r for r in self._levels.values() if r[1][-1] == "done"])
                 / self._planned
             )
-        elif name == "RunStarted" and event.warnings:
+        elif isinstance(event, RunStarted) and event.warnings:
             status.update("warning: " + "; ".join(event.warnings))
         sync_table(
             self.query_one("#load-levels", DataTable),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -11,29 +12,31 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import DataTable, Log, Static
 
 from control.model import GpuHistory, NodeState, NodeStatus
+from control.nodes import AgentLike
 from control.services import describe_error
 from tui.charts import Chart, ChartData, series_of
+from tui.fasttable import Cell
 from tui.messages import LogLine
 from tui.screens.base import BaseScreen
-from tui.screens.fleet import engine_rows
-from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, selected_key, sync_table
+from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
-CHARTS: tuple[tuple[str, str, str, float | None], ...] = (
-    # id, title, GpuHistory field, y max
-    ("util", "GPU util %", "util_pct", 100.0),
-    ("mem", "memory used %", "mem_pct", 100.0),
-    ("power", "power W", "power_w", None),
-    ("temp", "temperature °C", "temp_c", None),
+GpuField = Callable[[GpuHistory], Sequence[float | None]]
+CHARTS: tuple[tuple[str, str, GpuField, float | None], ...] = (
+    # id, title, the GpuHistory field, y max
+    ("util", "GPU util %", lambda h: h.util_pct, 100.0),
+    ("mem", "memory used %", lambda h: h.mem_pct, 100.0),
+    ("power", "power W", lambda h: h.power_w, None),
+    ("temp", "temperature °C", lambda h: h.temp_c, None),
 )
 
 
 def chart_data(
-    title: str, field: str, ymax: float | None, histories: dict[int, GpuHistory]
+    title: str, field: GpuField, ymax: float | None, histories: dict[int, GpuHistory]
 ) -> ChartData:
     """One GPU field over time, one series per GPU, x in seconds before the newest frame."""
     newest = max((h.ts[-1] for h in histories.values() if h.ts), default=None)
     series = (
-        series_of(f"gpu{index}", (t - newest for t in hist.ts), getattr(hist, field))
+        series_of(f"gpu{index}", (t - newest for t in hist.ts), field(hist))
         for index, hist in sorted(histories.items())
         if newest is not None
     )
@@ -60,7 +63,7 @@ class NodeScreen(BaseScreen):
             for chart_id, *_ in CHARTS:
                 yield Chart(id=f"chart-{chart_id}")
         with Horizontal(id="node-lower"):
-            engines: DataTable[Any] = DataTable(id="node-engines", cursor_type="row")
+            engines: DataTable[Cell] = DataTable(id="node-engines", cursor_type="row")
             add_fixed_columns(engines, ENGINE_COLUMNS)
             yield engines
             with Vertical(id="log-pane"):
@@ -125,7 +128,7 @@ class NodeScreen(BaseScreen):
         self._follow(handle.client, engine_id)
 
     @work(exclusive=True, group="logs", exit_on_error=False)
-    async def _follow(self, client: Any, engine_id: str) -> None:
+    async def _follow(self, client: AgentLike, engine_id: str) -> None:
         try:
             async for line in client.logs(engine_id, tail=200, follow=True):
                 self.post_message(LogLine(engine_id, line))

@@ -1,0 +1,155 @@
+"""The demo's wiring (``infer-top demo``): every screen on any machine — no Docker, no GPU.
+
+An embedded agent replays a real H200 NVML recording as its GPUs and runs
+simulated engines (``sim``, labelled SIMULATED everywhere); the seed's
+H100 comparison is precomputed from the simulators' profiles at start-up.
+When Docker and the rig's llama-server image are present, the real engine is
+offered too (Engines screen: kind llamacpp, runtime compose).
+
+This module builds the services; ``tui.demo`` is the command that opens the app on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.client import AgentClient
+from agents.embedded import embedded_agent, embedded_config
+from control.config import Config
+from control.demo_runs import SEED_PROFILES, simulate_seed_table
+from control.loads import run_load
+from control.nodes import AgentLike, NodeHandle
+from control.services import Report, Services
+from store import Store, open_store
+
+DEMO_NODE = "h200-demo"
+LIVE_SIMS: tuple[str, ...] = (
+    "h100-llama2-7b-vllm",
+    "h100-llama2-7b-trtllm",
+    "h100-llama2-7b-lmdeploy",
+    "h100-llama3.1-8b-ollama",
+    "h100-llama2-7b-llamacpp",
+)
+BANNER = "DEMO · replayed H200 telemetry · all engines SIMULATED{real}"
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    gpus: int = 8
+    db: Path | None = None
+    sims: bool = True
+    runs: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RealEngine:
+    image: str
+    model: str = "/models/tiny.gguf"
+
+
+def demo_banner(real: RealEngine | None) -> str:
+    """Line 2 of every screen: what is simulated, and in words how to start the real engine."""
+    offer = (
+        f" · real llama.cpp available (image {real.image}): "
+        f"press 3, model {real.model}, s to start it"
+        if real
+        else ""
+    )
+    return BANNER.format(real=offer)
+
+
+def real_engine() -> RealEngine | None:
+    """The rig's llama-server image, when Docker answers and the image is there."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    env = Path(os.environ.get("INFER_TOP_RIG_CACHE", Path(base) / "infer-top-rig")) / "rig.env"
+    if shutil.which("docker") is None or not env.exists():
+        return None
+    values = dict(line.split("=", 1) for line in env.read_text().splitlines() if "=" in line)
+    image = values.get("INFER_TOP_LLAMA_IMAGE")
+    if not image:
+        return None
+    try:
+        probe = subprocess.run(
+            ["docker", "image", "inspect", image], capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return RealEngine(image) if probe.returncode == 0 else None
+
+
+@asynccontextmanager
+async def demo_services(
+    options: DemoOptions, real: RealEngine | None = None
+) -> AsyncIterator[tuple[Config, Services]]:
+    """The demo's config and services; everything started is stopped on exit."""
+    with tempfile.TemporaryDirectory(prefix="infer-top-demo-") as tmp:
+        db = options.db or Path(tmp) / "demo.db"
+        config = Config(db_path=db)
+        agent_config = embedded_config(
+            platform="replay",
+            replay_gpus=options.gpus,
+            node_name=DEMO_NODE,
+            state_dir=Path(tmp) / "agent",
+            allowed_images=frozenset({real.image}) if real else frozenset(),
+            adopt_on_start=False,
+        )
+        services = Services(exports_dir=Path.cwd())
+        async with services.exit_stack:
+            store = open_store(db)
+            services.exit_stack.callback(store.close)
+            services.store = store
+            services.load_runner = run_load
+            url, token = await services.exit_stack.enter_async_context(embedded_agent(agent_config))
+            client = AgentClient(url, token)
+            services.exit_stack.push_async_callback(client.close)
+            services.nodes = (NodeHandle(DEMO_NODE, url, client),)
+            services.banner = demo_banner(real)
+
+            async def start_up(report: Report) -> None:
+                await _start_up(store, client, services.clock, options, report)
+
+            services.on_start = start_up
+            yield config, services
+
+
+async def _has_seed_runs(store: Store) -> bool:
+    """A kept demo store (--db) already holds the simulated comparison: not again."""
+    runs = await asyncio.to_thread(store.list_runs)
+    found = {r.profile.get("sim_profile") for r in runs if r.simulated}
+    return set(SEED_PROFILES) <= found
+
+
+async def _start_up(
+    store: Store,
+    client: AgentLike,
+    clock: Callable[[], float],
+    options: DemoOptions,
+    report: Report,
+) -> None:
+    if options.sims:
+        for i, profile in enumerate(LIVE_SIMS):
+            report(f"starting simulated engine {profile}", i / (2 * len(LIVE_SIMS)), False)
+            await client.start(
+                "sim", {"profile": profile}, [i % options.gpus], runtime="sim", wait=False
+            )
+    if options.runs and not await _has_seed_runs(store):
+
+        def progress(text: str, fraction: float) -> None:
+            report(text, fraction, False)
+
+        await asyncio.to_thread(
+            simulate_seed_table,
+            store,
+            node=DEMO_NODE,
+            start_epoch=clock() - 6 * 3600,
+            progress=progress,
+        )
+    report("demo ready: 1 Fleet · 4 Load test · 5 Compare (simulated seed table)", 1.0, True)

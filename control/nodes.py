@@ -1,0 +1,54 @@
+"""A node as the control plane holds it: the agent client it talks to, or why there is none."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agents.protocol import EngineInfo, NodeInfo
+from telemetry import TelemetryFrame
+
+LaunchFields = dict[str, object]
+"""An engine's launch config as the agent's API takes it (JSON: ``engines.catalog.LaunchConfig``'s
+fields; a simulated engine's ``profile``)."""
+
+
+class AgentLike(Protocol):
+    """What the control plane needs of ``agents.client.AgentClient`` (tests may hand in
+    another client with these methods)."""
+
+    async def node_info(self) -> NodeInfo: ...
+
+    def stream(
+        self, since_seq: int | None = None, *, reconnect: bool = True
+    ) -> AsyncIterator[TelemetryFrame]: ...
+
+    async def engines(self) -> Sequence[EngineInfo]: ...
+
+    async def start(
+        self,
+        kind: str,
+        config: LaunchFields,
+        gpus: list[int] | None = None,
+        *,
+        runtime: str | None = None,
+        wait: bool = True,
+    ) -> EngineInfo: ...
+
+    async def stop(self, engine_id: str) -> EngineInfo: ...
+
+    async def swap(self, engine_id: str, config: LaunchFields) -> EngineInfo: ...
+
+    def logs(self, engine_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHandle:
+    name: str
+    url: str
+    client: AgentLike | None
+    error: str | None = None
+    """Why there is no client (a config error the Fleet screen shows in words)."""
