@@ -100,6 +100,14 @@ class EngineSpec:
 
 
 @cache
+def api_key_variables() -> frozenset[str]:
+    """Every variable an engine reads its API key from (the catalog's ``api_key_env``)."""
+    from engines.catalog import ALL_SPECS
+
+    return frozenset(spec.api_key_env for spec in ALL_SPECS if spec.api_key_env)
+
+
+@cache
 def get_spec(kind: str) -> EngineSpec:
     try:
         from engines import catalog

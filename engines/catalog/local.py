@@ -22,7 +22,7 @@ class LlamacppSpec(EngineSpec):
     # binds its port first and answers 503 "Loading model" while loading
     refuses_while_loading = False
     tp_engine = False
-    api_key_env = "LLAMA_API_KEY"
+    api_key_env = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY")
     # common/arg.cpp spellings (llama.cpp takes "--flag value" only, never "--flag=value")
     extra_flags = (
         integer("-t", "--threads", low=1, high=1024),

@@ -30,7 +30,7 @@ class VllmSpec(EngineSpec):
     entrypoint = ("python3", "-m", "vllm.entrypoints.openai.api_server")
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
-    api_key_env = "VLLM_API_KEY"
+    api_key_env = "VLLM_API_KEY"  # api_server: `args.api_key or envs.VLLM_API_KEY`
     extra_flags = (
         integer("--seed", low=0, high=(1 << 32) - 1),
         integer("--max-num-batched-tokens", low=1, high=1 << 24),
@@ -70,6 +70,8 @@ class SglangSpec(EngineSpec):
     entrypoint = ("python3", "-m", "sglang.launch_server")
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     kv_log_patterns = (r"max_total_num_tokens=(\d+)",)
+    # No api_key_env: server_args.py declares --api-key as a plain argparse option that
+    # reads no variable, so the key stays a flag (visible in the host's process list).
     extra_flags = (
         integer("--random-seed", low=0, high=(1 << 32) - 1),
         integer("--chunked-prefill-size", low=-1, high=1 << 24),
@@ -115,6 +117,9 @@ class TgiSpec(EngineSpec):
     entrypoint = ("text-generation-launcher",)
     exact_length_style = None  # no ignore_eos / min_tokens on the OpenAI route
     kv_log_patterns = (r"[Ss]etting max batch total tokens to (\d+)",)
+    # No api_key_env: the launcher would read API_KEY, but it hands the key on to the
+    # router it spawns as "--api-key <key>" (launcher/src/main.rs), so the key shows on
+    # a command line either way; it stays our flag.
     extra_flags = (
         integer("--max-input-tokens", low=1, high=1 << 24),
         integer("--max-batch-prefill-tokens", low=1, high=1 << 24),
@@ -188,6 +193,8 @@ class LmdeploySpec(EngineSpec):
     container_port = 23333
     entrypoint = ("lmdeploy", "serve", "api_server")
     kv_log_patterns = (r"max_block_count\s*=\s*(\d+)[\s\S]*?block_seq_len\s*=\s*(\d+)",)
+    # No api_key_env: --api-keys is a plain argparse option (lmdeploy/cli/utils.py) that
+    # reads no variable, so the key stays a flag.
     extra_flags = (
         choice("--backend", values=("turbomind", "pytorch")),
         choice("--dtype", values=("auto", "float16", "bfloat16")),
