@@ -72,3 +72,9 @@ def declared_namespaces(spec: EngineSpec, platform: str) -> dict[str, str]:
         m.group(1): m.group(2).strip("\"'")
         for m in re.finditer(r"^\s+(pid|ipc|network_mode):\s*(\S+)", text, re.M)
     }
+
+
+def api_key_variables() -> frozenset[str]:
+    """Every variable an engine reads its API key from (the specs' ``api_key_env``): the
+    agent keeps its own copies of these out of the engines it starts."""
+    return frozenset(spec.api_key_env for spec in catalog.all_specs() if spec.api_key_env)

@@ -7,7 +7,9 @@ which the store reads too).  A value a device or engine does not report is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from telemetry.frames import (
@@ -104,17 +106,32 @@ class AgentEvent:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """A protocol dataclass as plain data ``json.dumps`` accepts."""
-    from dataclasses import asdict
-
-    result: dict[str, Any] = asdict(obj)
+    """A protocol dataclass as plain wire data (see ``reported``)."""
+    result: dict[str, Any] = reported(asdict(obj))
     return result
+
+
+def reported(data: Any) -> Any:
+    """``data`` with every NaN or infinity made None: such a value was not measured (a
+    histogram with infinite counts, a broken sensor), and JSON has no spelling for it but
+    null ("NaN" is no JSON, and strict parsers refuse the whole message)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: reported(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [reported(value) for value in data]
+    return data
+
+
+def dumps(data: Any) -> str:
+    """The JSON text of anything the agent sends: standard JSON only (``allow_nan=False``
+    makes a non-finite float that bypassed ``to_dict`` an error, never a "NaN" on the wire)."""
+    return json.dumps(data, allow_nan=False, default=str)
 
 
 def _build(cls: type[Any], data: Any) -> Any:
     """Rebuild ``cls`` from plain data, ignoring keys a newer agent added."""
-    from dataclasses import fields
-
     if not isinstance(data, dict):
         raise ProtocolError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
     one, many = _NESTED_ONE.get(cls, {}), _NESTED_MANY.get(cls, {})
@@ -136,6 +153,11 @@ def _build(cls: type[Any], data: Any) -> Any:
         return cls(**kwargs)
     except TypeError as exc:
         raise ProtocolError(f"{cls.__name__}: {exc}") from exc
+
+
+def _decode(cls: type[Any], data: Any) -> Any:
+    # An older agent may still send NaN (json.loads takes it): not reported either way.
+    return _build(cls, reported(data))
 
 
 _NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {TelemetryFrame: {"host": HostSample}}
@@ -165,21 +187,21 @@ def frame_to_dict(frame: TelemetryFrame) -> dict[str, Any]:
 
 def frame_from_dict(data: dict[str, Any]) -> TelemetryFrame:
     _check_version(data)
-    frame: TelemetryFrame = _build(TelemetryFrame, data)
+    frame: TelemetryFrame = _decode(TelemetryFrame, data)
     return frame
 
 
 def node_info_from_dict(data: dict[str, Any]) -> NodeInfo:
     _check_version(data)
-    info: NodeInfo = _build(NodeInfo, data)
+    info: NodeInfo = _decode(NodeInfo, data)
     return info
 
 
 def engine_info_from_dict(data: dict[str, Any]) -> EngineInfo:
-    info: EngineInfo = _build(EngineInfo, data)
+    info: EngineInfo = _decode(EngineInfo, data)
     return info
 
 
 def event_from_dict(data: dict[str, Any]) -> AgentEvent:
-    event: AgentEvent = _build(AgentEvent, data)
+    event: AgentEvent = _decode(AgentEvent, data)
     return event

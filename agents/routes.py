@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from aiohttp import WSCloseCode, web
@@ -15,10 +15,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from agents.catalog_adapter import UnknownEngine
 from agents.keys import AUDIT, MANAGER, NODE_INFO, REGISTRY, SAMPLER, SOCKETS
 from agents.manager import ManagerError
-from agents.protocol import frame_to_dict, to_dict
+from agents.protocol import dumps, frame_to_dict, to_dict
 from agents.security import PolicyError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+json_response = partial(web.json_response, dumps=dumps)
+"""Every answer in standard JSON (see agents.protocol.dumps)."""
 AUDIT_DETAILS = web.RequestKey("audit_details", dict[str, Any])
 """What a control handler learnt for the audit record (the deployment it started...)."""
 
@@ -45,7 +47,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         answer = error_answer(exc)
         if answer is None:
             raise
-        return web.json_response({"error": answer[1]}, status=answer[0])
+        return json_response({"error": answer[1]}, status=answer[0])
 
 
 def _since(request: web.Request) -> int | None:
@@ -59,18 +61,18 @@ def _since(request: web.Request) -> int | None:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+    return json_response({"ok": True})
 
 
 async def node(request: web.Request) -> web.Response:
-    return web.json_response(to_dict(request.app[NODE_INFO]))
+    return json_response(to_dict(request.app[NODE_INFO]))
 
 
 async def telemetry(request: web.Request) -> web.Response:
     frame = request.app[SAMPLER].latest
     if frame is None:
         frame = await request.app[SAMPLER].sample_once()
-    return web.json_response(frame_to_dict(frame))
+    return json_response(frame_to_dict(frame))
 
 
 async def _stream_ws(request: web.Request, items: AsyncIterator[Any]) -> web.WebSocketResponse:
@@ -81,7 +83,7 @@ async def _stream_ws(request: web.Request, items: AsyncIterator[Any]) -> web.Web
 
     async def pump() -> None:
         async for item in items:
-            await ws.send_str(json.dumps(asdict(item), default=str))
+            await ws.send_str(dumps(to_dict(item)))
 
     sender = asyncio.get_running_loop().create_task(pump())
     try:
@@ -114,12 +116,12 @@ async def telemetry_stream(request: web.Request) -> web.WebSocketResponse:
 
 async def engines(request: web.Request) -> web.Response:
     deps = request.app[MANAGER].deployments.values()
-    return web.json_response({"engines": [to_dict(d.info()) for d in deps]})
+    return json_response({"engines": [to_dict(d.info()) for d in deps]})
 
 
 async def engine(request: web.Request) -> web.Response:
     dep = request.app[MANAGER].get(request.match_info["id"])
-    return web.json_response(to_dict(dep.info()))
+    return json_response(to_dict(dep.info()))
 
 
 _TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", bool: "true or false"}
@@ -207,17 +209,17 @@ async def start(request: web.Request) -> web.StreamResponse:
     )
     request[AUDIT_DETAILS] = {"engine": dep.id}
     if dep.state in ("ready", "starting", "loading"):
-        return web.json_response(to_dict(dep.info()), status=201)
+        return json_response(to_dict(dep.info()), status=201)
     # Kept in the engine list (state crashed, with the reason) until stopped.
     error = f"{dep.kind} {dep.id} did not start: {dep.message}"
     request[AUDIT_DETAILS]["reason"] = error
-    return web.json_response({"error": error, "engine": to_dict(dep.info())}, status=502)
+    return json_response({"error": error, "engine": to_dict(dep.info())}, status=502)
 
 
 @_audited("stop")
 async def stop(request: web.Request) -> web.StreamResponse:
     dep = await request.app[MANAGER].stop(request.match_info["id"])
-    return web.json_response(to_dict(dep.info()))
+    return json_response(to_dict(dep.info()))
 
 
 @_audited("swap")
@@ -229,7 +231,7 @@ async def swap(request: web.Request) -> web.StreamResponse:
         kind=body.get("kind"),
         options=body.get("options"),
     )
-    return web.json_response(to_dict(dep.info()))
+    return json_response(to_dict(dep.info()))
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
@@ -252,7 +254,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
 async def events(request: web.Request) -> web.Response:
     since = _since(request)
     items = request.app[MANAGER].events.backlog(0 if since is None else since)
-    return web.json_response({"events": [to_dict(e) for e in items]})
+    return json_response({"events": [to_dict(e) for e in items]})
 
 
 async def events_stream(request: web.Request) -> web.WebSocketResponse:

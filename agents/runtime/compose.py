@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from agents.catalog_adapter import compose_path, get_spec, launch_config
+from agents.catalog_adapter import api_key_variables, compose_path, get_spec, launch_config
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
 from agents.runtime.state import StateStore, deployment_from_record
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE
@@ -56,6 +56,15 @@ def compose_version() -> str | None:
     return out.stdout.strip() or None
 
 
+def compose_environ(env: dict[str, str]) -> dict[str, str]:
+    """The environment Compose runs with: the agent's own, then the deployment's rendered
+    one.  An engine's API-key variable comes from the rendered one alone: the Compose files
+    pass it through into the container, and a key the agent itself happened to inherit must
+    not lock an engine that was started without one."""
+    keys = api_key_variables()
+    return {**{k: v for k, v in os.environ.items() if k not in keys}, **env}
+
+
 class ComposeRuntime:
     name = "compose"
 
@@ -83,7 +92,7 @@ class ComposeRuntime:
         proc = await asyncio.create_subprocess_exec(
             *cmd,
             *args,
-            env={**os.environ, **(env or compose_file.get("env") or {})},
+            env=compose_environ(env or compose_file.get("env") or {}),
             cwd=self.state.dir,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -159,7 +168,7 @@ class ComposeRuntime:
         proc = await asyncio.create_subprocess_exec(
             *cmd,
             *args,
-            env={**os.environ, **(record.get("env") or {})},
+            env=compose_environ(record.get("env") or {}),
             cwd=self.state.dir,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

@@ -29,7 +29,6 @@ class LlamacppSpec(EngineSpec):
     closes_after_stream = True
     slots_path = "/slots"
     tp_engine = False
-    api_key_env = "LLAMA_API_KEY"
     # -c KV cells for all -np slots together (each slot gets c/np), allocated up front
     memory = MemoryRule(None, overhead_mib=256, concurrency="slots (-np)")
     # The KV gauges exist only in builds before May 2025 (PR #13660); newer builds
@@ -43,6 +42,7 @@ class LlamacppSpec(EngineSpec):
         prefix_hits=("llamacpp:prompt_tokens_cached_total",),
         prefix_misses=("llamacpp:prompt_tokens_total",),
     )
+    api_key_env = "LLAMA_API_KEY"  # common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY")
     # common/arg.cpp spellings (llama.cpp takes "--flag value" only, never "--flag=value")
     extra_flags = (
         integer("-t", "--threads", low=1, high=1024),

@@ -57,8 +57,8 @@ class VllmSpec(EngineSpec):
     kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
     # gpu_memory_utilization x total memory holds weights, activations and the KV pool
     memory = MemoryRule(0.9)
-    api_key_env = "VLLM_API_KEY"
     metric_names = _VLLM_NAMES
+    api_key_env = "VLLM_API_KEY"  # api_server: `args.api_key or envs.VLLM_API_KEY`
     extra_flags = (
         integer("--seed", low=0, high=(1 << 32) - 1),
         integer("--max-num-batched-tokens", low=1, high=1 << 24),
@@ -126,6 +126,8 @@ class SglangSpec(EngineSpec):
         itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
         e2e=("sglang:e2e_request_latency_seconds",),
     )
+    # No api_key_env: server_args.py declares --api-key as a plain argparse option that
+    # reads no variable, so the key stays a flag (visible in the host's process list).
     extra_flags = (
         integer("--random-seed", low=0, high=(1 << 32) - 1),
         integer("--chunked-prefill-size", low=-1, high=1 << 24),
@@ -185,6 +187,9 @@ class TgiSpec(EngineSpec):
         itl=("tgi_request_mean_time_per_token_duration",),
         e2e=("tgi_request_duration",),
     )
+    # No api_key_env: the launcher would read API_KEY, but it hands the key on to the
+    # router it spawns as "--api-key <key>" (launcher/src/main.rs), so the key shows on
+    # a command line either way; it stays our flag.
     extra_flags = (
         integer("--max-input-tokens", low=1, high=1 << 24),
         integer("--max-batch-prefill-tokens", low=1, high=1 << 24),
@@ -296,6 +301,8 @@ class LmdeploySpec(EngineSpec):
         itl=("lmdeploy:iter_token_latency", "lmdeploy:inter_token_latency_seconds"),
         e2e=("lmdeploy:e2e_request_latency_seconds",),
     )
+    # No api_key_env: --api-keys is a plain argparse option (lmdeploy/cli/utils.py) that
+    # reads no variable, so the key stays a flag.
     extra_flags = (
         choice("--backend", values=("turbomind", "pytorch")),
         choice("--dtype", values=("auto", "float16", "bfloat16")),

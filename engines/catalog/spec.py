@@ -110,8 +110,10 @@ class EngineSpec:
     """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
     instead pulls models by name into its own store)."""
     api_key_env: str | None = None
-    """The variable the engine reads its API key from: run bare, the key goes there
-    rather than onto the command line, which every local user can read in /proc."""
+    """The variable the engine reads its API key from.  Run bare or under Compose, the
+    key goes there rather than onto the command line, which every local user can read
+    (``ps``, /proc; a container's processes show in the host's list too).  None where the
+    engine takes the key from its flag only: it then stays a flag (see each spec)."""
 
     # -- launch ------------------------------------------------------------
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
@@ -126,16 +128,19 @@ class EngineSpec:
         """The engine's argv after its entrypoint, listening on ``cfg.port``."""
         return [*self._flags(cfg, cfg.port), *self.extra_args(cfg)]
 
-    def native_command(self, cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
-        """Argv and environment of the engine run bare: the API key travels in the
-        environment where the engine reads it from there."""
+    def key_in_env(self, cfg: LaunchConfig) -> tuple[LaunchConfig, dict[str, str]]:
+        """``cfg`` without its API key, and the environment that carries the key instead,
+        where the engine reads it from a variable (``api_key_env``); else ``cfg`` as is.
+        The variable is absent, never empty, without a key: older llama.cpp builds take
+        an empty LLAMA_API_KEY as the key "" and then refuse every request without it."""
         if cfg.api_key is None or self.api_key_env is None:
-            return self.command_args(cfg), self.process_env(cfg)
-        keyless = replace(cfg, api_key=None)
-        return self.command_args(keyless), {
-            **self.process_env(keyless),
-            self.api_key_env: cfg.api_key,
-        }
+            return cfg, {}
+        return replace(cfg, api_key=None), {self.api_key_env: cfg.api_key}
+
+    def native_command(self, cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+        """Argv and environment of the engine run bare."""
+        keyless, key_env = self.key_in_env(cfg)
+        return self.command_args(keyless), {**self.process_env(keyless), **key_env}
 
     def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
         """Environment the engine reads its settings from (Ollama); most use flags."""
@@ -200,7 +205,11 @@ class EngineSpec:
                     f"gpu_ids lists {len(gpu_ids)}"
                 )
             env["GPU_IDS"] = ",".join(str(i) for i in gpu_ids)
-        env.update(self._compose_extra_env(cfg, platform))
+        # The key reaches the container's environment (the Compose files pass the
+        # engine's variable through), never its command line.
+        keyless, key_env = self.key_in_env(cfg)
+        env.update(self._compose_extra_env(keyless, platform))
+        env.update(key_env)
         for key, value in env.items():
             if bad := _ENV_FORBIDDEN.intersection(value):
                 raise ValueError(f"{key} would contain {sorted(bad)!r}, unsafe in an env file")

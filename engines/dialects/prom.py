@@ -82,7 +82,10 @@ class SeriesTable:
         return _finite(sum(values) / len(values))
 
     def histogram(self, bases: Iterable[str]) -> HistogramSummary | None:
-        """The first histogram base name with a ``_count`` series, summed over labels."""
+        """The first histogram base name with a ``_count`` series, summed over labels.
+
+        A bucket count that is not finite (NaN, ±Inf) makes the whole histogram not
+        reported: its quantiles would come out NaN or infinite, never a latency."""
         for base in bases:
             count = self.total([f"{base}_count"])
             if count is None:
@@ -95,18 +98,23 @@ class SeriesTable:
                 bound = _bound(dict(point.labels).get("le"))
                 if bound is not None:
                     by_bound[bound] += point.value
+            if not all(math.isfinite(cum) for cum in by_bound.values()):
+                return None
             buckets = tuple(sorted(by_bound.items()))
             return HistogramSummary(count=count, sum_s=total_s, buckets=buckets)
         return None
 
 
 def _bound(le: str | None) -> float | None:
+    """A bucket's upper bound: finite, or +Inf for the last bucket; anything else (no
+    number, NaN, -Inf) is no bound and the bucket is skipped."""
     if le is None:
         return None
     try:
-        return float(le)
+        bound = float(le)
     except ValueError:
         return None
+    return bound if math.isfinite(bound) or bound > 0 else None
 
 
 def _finite(value: float) -> float | None:

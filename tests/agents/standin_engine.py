@@ -1,7 +1,8 @@
-"""A misbehaving llama-server for the fault tests, run by the agent's process runtime
-as the native llamacpp binary.  It takes llama-server's flags, answers ``/health``, and
+"""A misbehaving engine for the fault tests, run by the agent's process runtime as the
+native llamacpp (or vLLM) binary.  It takes the engine's flags, answers ``/health``, and
 serves ``/metrics`` and ``/slots`` from the files ``metrics`` and ``slots`` next to its
-``-m`` "model" (read per request, so a test changes what it serves by rewriting them)."""
+``-m`` / ``--model`` "model" (read per request, so a test changes what it serves by
+rewriting them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from aiohttp import web
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("-m", dest="model", required=True)
+    parser.add_argument("-m", "--model", dest="model", required=True)  # llama.cpp, vLLM
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args, _ = parser.parse_known_args()  # -np, -c, --metrics... mean nothing here

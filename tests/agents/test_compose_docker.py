@@ -4,6 +4,7 @@ engine lifecycle, crash reports, and adoption after an agent restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -19,6 +21,7 @@ import pytest
 from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
+from compose import LABEL_DEPLOYMENT
 from telemetry import TelemetryFrame
 
 from .conftest import TOKEN
@@ -348,4 +351,60 @@ async def test_agent_process_killed_and_restarted_adopts_its_engine(
     finally:
         agent.kill()
         await agent.wait()
+    assert containers(node) == []
+
+
+def inspect_container(container: str) -> dict[str, Any]:
+    out = subprocess.run(
+        ["docker", "inspect", container], capture_output=True, text=True, check=True
+    )
+    info: dict[str, Any] = json.loads(out.stdout)[0]
+    return info
+
+
+async def answer_status(url: str, key: str | None) -> int:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/v1/models", headers=headers) as resp:
+            return resp.status
+
+
+async def test_the_api_key_reaches_the_container_by_environment_not_command_line(
+    rig: object, node: str, docker_config: AgentConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A key the agent itself inherits must not lock an engine started without one.
+    monkeypatch.setenv("LLAMA_API_KEY", "the-agents-own-key")
+    async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
+        locked, started = await asyncio.gather(
+            client.start("llamacpp", {**llama(rig, 1), "api_key": "sk-c0ntainer"}),
+            client.start("llamacpp", llama(rig, 1)),
+        )
+        try:
+            assert locked.health == "healthy" and started.health == "healthy"
+            assert locked.url and started.url
+            statuses = [
+                await answer_status(locked.url, None),
+                await answer_status(locked.url, "sk-c0ntainer"),
+                await answer_status(started.url, None),
+            ]
+            # The agent's own scrapes carry the key: the locked engine still reports.
+            frame = await frames_until(
+                client,
+                lambda f: any(
+                    e.id == locked.id and e.requests_running is not None for e in f.engines
+                ),
+                limit=20,
+            )
+            inspected = [inspect_container(c) for c in containers(node)]
+            by_engine = {i["Config"]["Labels"][LABEL_DEPLOYMENT]: i for i in inspected}
+        finally:
+            await asyncio.gather(client.stop(locked.id), client.stop(started.id))
+    assert statuses == [401, 200, 200]
+    assert frame is not None, "no frame carried the locked engine's sample"
+    shown = by_engine[locked.id]
+    command_line = [shown["Path"], *shown["Args"], *(shown["Config"]["Cmd"] or [])]
+    assert not any("sk-c0ntainer" in part for part in command_line), command_line
+    assert "LLAMA_API_KEY=sk-c0ntainer" in shown["Config"]["Env"]
+    keyless_env = by_engine[started.id]["Config"]["Env"]
+    assert not any(e.startswith("LLAMA_API_KEY=") for e in keyless_env), keyless_env
     assert containers(node) == []

@@ -176,3 +176,53 @@ def test_too_few_gpu_ids_for_the_parallelism() -> None:
     cfg = LaunchConfig(model="m", tensor_parallel=4, gpu_ids=(0, 1))
     with pytest.raises(ValueError, match="needs 4 GPUs"):
         get_spec("vllm").compose_env(cfg, deployment_id="d", node="n", platform="nvidia")
+
+
+KEY_IN_ENV = [
+    *((spec, p) for spec, p in GPU_PLATFORMS if spec.api_key_env),
+    (get_spec("llamacpp"), "cpu"),
+]
+
+
+def service_of(spec: EngineSpec, platform: str, cfg: LaunchConfig, tmp_path: Path) -> Any:
+    env = spec.compose_env(cfg, deployment_id="dep-42", node="n1", platform=platform)
+    (service,) = config(spec.compose_name(platform), env_file_text(env), tmp_path)[
+        "services"
+    ].values()
+    return service
+
+
+@pytest.mark.parametrize(
+    ("spec", "platform"), KEY_IN_ENV, ids=[f"{s.kind}-{p}" for s, p in KEY_IN_ENV]
+)
+def test_the_api_key_goes_into_the_environment_not_the_command(
+    spec: EngineSpec, platform: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command line shows in the host's `ps`; a container's environment does not."""
+    assert spec.api_key_env in ("LLAMA_API_KEY", "VLLM_API_KEY")
+    monkeypatch.delenv(spec.api_key_env, raising=False)  # Compose would pass ours through
+    cfg = replace(cfg_for(spec), api_key="sk-c0mpose")
+    if platform == "cpu":  # the rig's file spells its flags out: no tuning flags
+        cfg = replace(cfg, extra_args=())
+
+    service = service_of(spec, platform, cfg, tmp_path)
+    assert not any("sk-c0mpose" in part for part in service["command"])
+    assert "--api-key" not in service["command"]
+    assert service["environment"][spec.api_key_env] == "sk-c0mpose"
+
+    # Without a key the variable is absent, not empty: older llama.cpp takes "" for a key.
+    service = service_of(spec, platform, replace(cfg, api_key=None), tmp_path)
+    assert service["environment"][spec.api_key_env] is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "flag"), [("sglang", "--api-key"), ("tgi", "--api-key"), ("lmdeploy", "--api-keys")]
+)
+def test_engines_that_read_no_key_variable_keep_the_flag(
+    kind: str, flag: str, tmp_path: Path
+) -> None:
+    spec = get_spec(kind)
+    assert spec.api_key_env is None  # each spec says why, from the engine's own source
+    service = service_of(spec, "nvidia", replace(cfg_for(spec), api_key="sk-fl4g"), tmp_path)
+    command = service["command"]
+    assert command[command.index(flag) + 1] == "sk-fl4g"
