@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from control.config import Config, ConfigError
-from control.loads import LoadRequest, run_load
+from control.loads import run_load
 from control.services import NodeHandle, Services
 
 
@@ -55,7 +55,7 @@ async def build_services(config: Config, *, agent_config: Any = None) -> AsyncIt
         store = open_store(config)
         services.exit_stack.callback(store.close)
         services.store = store
-        services.load_runner = lambda request: _runner(request)
+        services.load_runner = run_load
         handles = node_handles(config)
         if config.embedded:
             handles.append(await _embedded(services, agent_config))
@@ -64,10 +64,6 @@ async def build_services(config: Config, *, agent_config: Any = None) -> AsyncIt
                 services.exit_stack.push_async_callback(_close_client, h.client)
         services.nodes = tuple(handles)
         yield services
-
-
-def _runner(request: LoadRequest) -> AsyncIterator[Any]:
-    return run_load(request, None)
 
 
 async def _embedded(services: Services, agent_config: Any) -> NodeHandle:

@@ -21,6 +21,7 @@ from store.models import (
     RunInfo,
     TelemetryRow,
 )
+from store.recorder import RunRecorder
 from store.schema import SCHEMA_VERSION
 from store.store import Store, default_db_path, open_store
 
@@ -40,6 +41,7 @@ __all__ = [
     "Regression",
     "RunInfo",
     "RunNotFoundError",
+    "RunRecorder",
     "Store",
     "StoreError",
     "StoreVersionError",

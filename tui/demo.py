@@ -146,7 +146,7 @@ async def demo_services(
             store = open_store(db)
             services.exit_stack.callback(store.close)
             services.store = store
-            services.load_runner = lambda request: run_load(request, None)
+            services.load_runner = run_load
             url, token = await services.exit_stack.enter_async_context(embedded_agent(agent_config))
             client = AgentClient(url, token)
             services.exit_stack.push_async_callback(client.close)
@@ -161,7 +161,7 @@ async def _has_seed_runs(store: Any) -> bool:
     from control.demo_runs import SEED_PROFILES
 
     runs = await asyncio.to_thread(store.list_runs)
-    found = {r.profile.get("sim_profile") for r in runs if r.simulated}
+    found = {r.software_versions.get("sim_profile") for r in runs if r.simulated}
     return set(SEED_PROFILES) <= found
 
 
