@@ -145,7 +145,7 @@ def cpu_per_token(guidellm: Path | None, work: Path) -> dict[str, object]:
     ]))  # fmt: skip
 
     def ours(n: int) -> list[str]:
-        return [sys.executable, "-m", "loadgen.cli", "--url", server.url, "--model", "m",
+        return [sys.executable, "-m", "control.bench", "--url", server.url, "--model", "m",
                 "--engine", "vllm", "--concurrency", str(CPU_STREAMS), "--requests", str(n),
                 "--input-len", "32", "--output-len", str(CPU_OUT_TOKENS), "--quiet"]  # fmt: skip
 

@@ -123,7 +123,7 @@ async def demo_services(
 async def _has_seed_runs(store: Store) -> bool:
     """A kept demo store (--db) already holds the simulated comparison: not again."""
     runs = await asyncio.to_thread(store.list_runs)
-    found = {r.profile.get("sim_profile") for r in runs if r.simulated}
+    found = {r.software_versions.get("sim_profile") for r in runs if r.simulated}
     return set(SEED_PROFILES) <= found
 
 

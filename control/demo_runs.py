@@ -4,7 +4,8 @@ Each engine's simulator profile is run through the simulator's own scheduler in
 virtual time (``sim.simulate_closed_loop``: no sockets, milliseconds
 per level), the traces become the load generator's ``RequestRecord``s and are
 summarised by the load generator's own statistics, then stored as runs marked
-simulated.  Nothing here is measured; every row says so.
+simulated by the same recorder every run goes through (``store.recorder``), as
+the events a live run would emit.  Nothing here is measured; every row says so.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loadgen.profiles import ClosedLoop
+from loadgen.profiles import ClosedLoop, LoadSpec, concurrency_sweep
 from loadgen.stats import summarise_level
+from runs.events import LevelFinished, LevelStarted, RunFinished, RunResult, RunStarted
 from runs.records import ErrorKind, RequestRecord
 from store import Store
 
 if TYPE_CHECKING:  # the simulator itself is imported when a run is simulated
     from sim import RequestTrace
+from runs.setup import RunSetup
 
 SEED_PROFILES: tuple[str, ...] = (
     "h100-llama2-7b-trtllm",
@@ -38,7 +41,8 @@ class SweepShape:
     prompt_tokens: int = 512
     output_tokens: int = 256
     min_requests: int = 32
-    """Each level sends max(min_requests, 2 × concurrency) requests."""
+    requests_per_client: int = 2
+    """Each level sends max(min_requests, requests_per_client × concurrency) requests."""
     range_ratio: float = 0.1
     """Lengths vary in [L(1−r), L(1+r)] like vLLM's random dataset: with identical
     requests every queued one would wait alike and TTFT p99 would equal p50.  At
@@ -46,6 +50,15 @@ class SweepShape:
     table: with two requests per client the longest ones drain the last wave."""
     seed: int = 0
     """The same seed for every engine: all of them see the same requests."""
+
+    def spec(self) -> LoadSpec:
+        """The sweep as the load generator's spec, as its runs are stored."""
+        return LoadSpec(
+            concurrency_sweep(self.concurrency),
+            requests_per_level=self.min_requests,
+            min_requests_per_client=self.requests_per_client,
+            seed=self.seed,
+        )
 
 
 _ERRORS = {
@@ -94,37 +107,44 @@ def simulate_run(
 ) -> str:
     """One simulated sweep of ``profile_name`` saved to ``store``; returns the run id.
     Blocking (CPU and store writes): call it from a thread."""
+    from loadgen.process import new_run_id
+    from loadgen.setup import plain
     from loadgen.workload import Workload, draw_lengths
     from sim import load_profile, simulate_closed_loop
+    from store.recorder import RunRecorder
 
     profile = load_profile(profile_name)
     kind = str(profile.kind)
-    run_id = store.create_run(
-        name=kind,
-        engine_kind=kind,
-        node=node,
-        profile={"concurrency": list(shape.concurrency), "sim_profile": profile_name},
-        workload={
-            "input_len": shape.prompt_tokens,
-            "output_len": shape.output_tokens,
-            "range_ratio": shape.range_ratio,
-            "seed": shape.seed,
-        },
-        simulated=True,
-        software_versions={"engine": f"simulated ({profile_name})"},
-        created_at=start_epoch,
-        run_id=run_id,
-    )
+    run_id = run_id or new_run_id()
     workload = Workload(
         input_len=shape.prompt_tokens,
         output_len=shape.output_tokens,
         range_ratio=shape.range_ratio,
         seed=shape.seed,
     )
+    spec = shape.spec()
+    setup = RunSetup(
+        origin="demo",
+        engine_kind=kind,
+        model=profile.model,
+        url=None,
+        chat=True,
+        spec=plain(spec),
+        workload=plain(workload),
+        name=kind,
+        node=node,
+        simulated=True,
+        software={"engine": f"simulated ({profile_name})", "sim_profile": profile_name},
+    )
+    recorder = RunRecorder(store)
+    recorder.on_event(RunStarted(run_id, len(spec.levels), (), setup, start_epoch))
     epoch = start_epoch
     first_number = 0  # numbered across the run, as the load generator numbers its requests
+    summaries = []
     for level, concurrency in enumerate(shape.concurrency):
-        requests = max(shape.min_requests, 2 * concurrency)
+        closed = ClosedLoop(concurrency)
+        requests = spec.requests_for(closed) or 0  # the sweep stops by count: never None
+        recorder.on_event(LevelStarted(level, concurrency, None, requests, None))
         lengths = [draw_lengths(workload, first_number + n) for n in range(requests)]
         first_number += requests
         traces = simulate_closed_loop(
@@ -136,11 +156,14 @@ def simulate_run(
             lengths=lengths,
         )
         records = [trace_to_record(t, run_id, level, i, epoch) for i, t in enumerate(traces)]
-        summary = summarise_level(level, ClosedLoop(concurrency), records, None)
-        store.add_requests(records)
-        store.add_level(run_id, summary)
+        for record in records:
+            recorder.on_event(record)
+        summary = summarise_level(level, closed, records, None)
+        recorder.on_event(LevelFinished(summary))
+        summaries.append(summary)
         epoch = max(summary.ended_at, epoch) + 1.0
-    store.finish_run(run_id, "completed", at=epoch)
+    result = RunResult(run_id, start_epoch, epoch, tuple(summaries), (), first_number)
+    recorder.on_event(RunFinished(result))
     return run_id
 
 

@@ -1,17 +1,22 @@
 """The load tests the Load test screen offers, and how one is run (no Textual).
 
-A run goes to ``loadgen.run_load_in_subprocess`` (its own process, so
-the interface never stutters) and is saved to the store by the worker's sink.
+A run goes to ``loadgen.run_load_in_subprocess`` (its own process, so the
+interface never stutters); its events come back to the caller's recorder
+(``store.recorder``), which stores it as ``infer-top bench --save`` would.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from control.nodes import NodeHandle
-from runs.events import ProgressEvent
+from runs.events import ProgressEvent, RunEventSink
+
+if TYPE_CHECKING:
+    from loadgen.profiles import LoadSpec
+    from loadgen.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +26,18 @@ class LoadProfile:
     requests_per_level: int
     input_len: int
     output_len: int
+
+    def spec(self) -> LoadSpec:
+        """The load spec ``infer-top bench --concurrency ... --requests ...`` builds."""
+        from loadgen.profiles import LoadSpec, concurrency_sweep
+
+        return LoadSpec(concurrency_sweep(self.concurrency), self.requests_per_level)
+
+    def workload(self) -> Workload:
+        """The workload ``infer-top bench --input-len ... --output-len ...`` builds."""
+        from loadgen.workload import Workload
+
+        return Workload(input_len=self.input_len, output_len=self.output_len)
 
     @property
     def description(self) -> str:
@@ -60,35 +77,43 @@ class LoadRequest:
     """The engine's GPUs: the store reads their energy over the run for tok/J."""
 
 
-LoadRunner = Callable[[LoadRequest], AsyncIterator[ProgressEvent]]
-"""Runs one load test, yielding its progress events (the app's ``Services.load_runner``)."""
+LoadRunner = Callable[[LoadRequest, RunEventSink], AsyncIterator[ProgressEvent]]
+"""Runs one load test, yielding its progress events and handing every event to the
+recorder (the app's ``Services.load_runner``)."""
 
 
-def run_load(request: LoadRequest, store_path: Path | None = None) -> AsyncIterator[ProgressEvent]:
-    """Progress events of the run; the last is ``RunFinished`` or ``RunFailed``.  With no
-    ``store_path`` the run's worker saves nothing: the caller records the events."""
-    from loadgen.profiles import LoadSpec, concurrency_sweep
+def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[ProgressEvent]:
+    """Progress events of the run; the last is ``RunFinished``, ``RunFailed`` or
+    ``RunInterrupted``.  ``record`` gets every event, finished requests included,
+    also after the caller stops iterating (the run's cut requests)."""
     from loadgen.runner import Target
-    from loadgen.subproc import SinkSpec, run_load_in_subprocess
-    from loadgen.workload import Workload
+    from loadgen.setup import describe_run
+    from loadgen.subproc import run_load_in_subprocess
 
     p = request.profile
-    spec = LoadSpec(
-        levels=concurrency_sweep(p.concurrency),
-        requests_per_level=p.requests_per_level,
-        request_timeout_s=120.0,
-        stall_timeout_s=30.0,
-    )
-    workload = Workload(input_len=p.input_len, output_len=p.output_len)
+    spec, workload = p.spec(), p.workload()
     target = Target(url=request.url, model=request.model, engine_kind=request.engine_kind)
-    where = SinkSpec(store_path=str(store_path) if store_path else None)
-    return run_load_in_subprocess(spec, workload, target, where)
+    setup = describe_run(
+        spec,
+        workload,
+        target,
+        origin="tui",
+        name=f"{request.engine_kind} {request.engine_id}",
+        node=request.node,
+        deployment_id=request.engine_id,
+        gpu_ids=request.gpu_ids,
+        simulated=request.simulated,
+    )
+    return run_load_in_subprocess(spec, workload, target, setup=setup, record=record)
 
 
 async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> LoadRequest:
     """The engine's GPUs and the model name it serves: the agent's deployment record on
     ``handle`` (the request's node) first, else the engine's own ``/v1/models`` (engines
-    refuse a name they do not serve)."""
+    refuse a name they do not serve); simulated when the agent or the engine's answer
+    says so."""
+    probe = await probe_engine(request.url)
+    request = replace(request, simulated=request.simulated or probe.simulated)
     if handle is not None and handle.client is not None:
         try:
             infos = await handle.client.engines()
@@ -100,26 +125,44 @@ async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> Loa
                 model = info.config.get("model")
                 if model:
                     return replace(request, model=str(model))
-    served = await served_model(request.url)
-    return replace(request, model=served) if served else request
+    return replace(request, model=probe.model) if probe.model else request
 
 
-async def served_model(base_url: str, timeout_s: float = 5.0) -> str | None:
-    """The first model id the engine's OpenAI ``/v1/models`` lists (None if it cannot say)."""
+@dataclass(frozen=True, slots=True)
+class EngineProbe:
+    """What an engine's OpenAI ``/v1/models`` says about it."""
+
+    model: str | None = None
+    """The first model id it lists (None if it cannot say)."""
+    simulated: bool = False
+    """It is infer-top's simulator (``sim.labels``): its runs are stored as simulated."""
+
+
+async def probe_engine(
+    base_url: str, api_key: str | None = None, timeout_s: float = 5.0
+) -> EngineProbe:
+    """Ask the engine's ``/v1/models``; an engine that does not answer tells nothing."""
     import aiohttp
+
+    from sim.labels import is_simulated
 
     url = base_url.rstrip("/")
     url = url if url.endswith("/v1") else url + "/v1"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as s:
-            async with s.get(f"{url}/models") as resp:
+            async with s.get(f"{url}/models", headers=headers) as resp:
                 if resp.status != 200:
-                    return None
+                    return EngineProbe(simulated=is_simulated(headers=resp.headers))
                 data: object = await resp.json(content_type=None)
+                simulated = is_simulated(headers=resp.headers)
     except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
-    models = data.get("data") if isinstance(data, dict) else None
+        return EngineProbe()
+    if not isinstance(data, dict):
+        return EngineProbe(simulated=simulated)
+    simulated = simulated or is_simulated(models=data)
+    models = data.get("data")
     if isinstance(models, list) and models and isinstance(models[0], dict):
         model_id = models[0].get("id")
-        return str(model_id) if model_id else None
-    return None
+        return EngineProbe(str(model_id) if model_id else None, simulated)
+    return EngineProbe(simulated=simulated)

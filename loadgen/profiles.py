@@ -109,6 +109,10 @@ class LoadSpec:
     stall_timeout_s: float = 60.0
     slo: Slo | None = None
     seed: int = 0
+    min_requests_per_client: int = 0
+    """With ``requests_per_level``: a closed-loop level sends at least this many per
+    client, so at high concurrency every client sends more than one (the count is
+    ``max(requests_per_level, min_requests_per_client * concurrency)``)."""
 
     def __post_init__(self) -> None:
         if not self.levels:
@@ -117,12 +121,20 @@ class LoadSpec:
             raise ProfileError("say when a level stops: requests_per_level or duration_s")
         if self.requests_per_level is not None and self.requests_per_level < 1:
             raise ProfileError("requests_per_level must be >= 1")
+        if self.min_requests_per_client < 0:
+            raise ProfileError("min_requests_per_client must be >= 0")
         if self.duration_s is not None and not self.duration_s > 0:
             raise ProfileError("duration_s must be > 0")
         if self.warmup_requests < 0 or self.warmup_s < 0 or self.drain_s < 0:
             raise ProfileError("warm-up and drain must be >= 0")
         if not (self.request_timeout_s > 0 and self.stall_timeout_s > 0):
             raise ProfileError("timeouts must be > 0")
+
+    def requests_for(self, level: Level) -> int | None:
+        """Measured requests ``level`` sends (None when it stops by duration)."""
+        if self.requests_per_level is None or not isinstance(level, ClosedLoop):
+            return self.requests_per_level
+        return max(self.requests_per_level, self.min_requests_per_client * level.concurrency)
 
     @property
     def max_in_flight(self) -> int | None:

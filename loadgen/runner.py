@@ -20,6 +20,7 @@ from loadgen import openai_stream
 from loadgen.process import RunClock, ensure_fd_limit, new_run_id
 from loadgen.profiles import ClosedLoop, Level, LoadSpec, OpenLoop
 from loadgen.quirks import LoadQuirks, quirks_for
+from loadgen.setup import describe_run
 from loadgen.sinks import RecordSink
 from loadgen.stats import GapSample, quantile, summarise_level
 from loadgen.workload import PromptSource, Workload
@@ -27,18 +28,20 @@ from runs.events import (
     LevelFinished,
     LevelProgress,
     LevelStarted,
-    ProgressEvent,
+    RunEvent,
     RunFinished,
     RunResult,
     RunStarted,
 )
 from runs.records import LevelSummary, RequestRecord
+from runs.setup import RunSetup
 
 PROGRESS_INTERVAL_S = 0.5
 UNCAPPED_FD_STREAMS = 8192
 LIVE_RATE_WINDOW_S = 5.0
 
-ProgressCallback = Callable[[ProgressEvent], None]
+ProgressCallback = Callable[[RunEvent], None]
+"""Takes every event of the run, finished requests included (``runs.events``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +69,13 @@ async def run_load(
     on_progress: ProgressCallback | None = None,
     *,
     run_id: str | None = None,
+    setup: RunSetup | None = None,
 ) -> RunResult:
-    """Run every level of ``spec`` in turn; the caller closes ``sink``."""
+    """Run every level of ``spec`` in turn; the caller closes ``sink``.
+
+    ``setup`` is what ``RunStarted`` carries to the recorder (``describe_run``:
+    the caller adds who started the run, where); without one the run is a
+    script's, with no node."""
     emit = on_progress or (lambda _event: None)
     run_id = run_id or new_run_id()
     quirks = quirks_for(target.engine_kind)
@@ -76,7 +84,8 @@ async def run_load(
     warnings = tuple(w for w in (quirks.length_warning(), fds) if w)
     prompts = PromptSource(workload)  # a bad dataset fails here, before any request
     clock = RunClock()
-    emit(RunStarted(run_id, len(spec.levels), warnings))
+    setup = setup or describe_run(spec, workload, target, origin="script")
+    emit(RunStarted(run_id, len(spec.levels), warnings, setup, clock.wall0))
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     limits = openai_stream.ClientLimits(
         concurrency=spec.max_in_flight,
@@ -163,7 +172,7 @@ class _LevelRun:
         return begin + self.spec.duration_s
 
     def _may_issue(self, at: float) -> bool:
-        count = self.spec.requests_per_level
+        count = self.spec.requests_for(self.level)
         if count is not None and self.measured_issued >= count:
             return False
         deadline = self._deadline()
@@ -190,7 +199,7 @@ class _LevelRun:
                 self.index,
                 level.in_flight_cap,
                 level.offered_rps,
-                self.spec.requests_per_level,
+                self.spec.requests_for(level),
                 self.spec.duration_s,
             )
         )
@@ -321,6 +330,7 @@ class _LevelRun:
 
     def _keep(self, record: RequestRecord) -> None:
         self.records.append(record)
+        self.emit(record)  # first: a sink that fails (a full disk) keeps it from no one else
         self.sink.write(record)
         if record.warmup:
             return

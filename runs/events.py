@@ -1,10 +1,19 @@
-"""Progress events a running load test emits for live display (TUI, CLI bar)."""
+"""The typed events a load run emits: for live display (TUI, CLI bar) and for the
+one recorder that stores the run (``store.recorder``; docs/design.md, "The run path").
+
+A run emits ``RunStarted`` (with its ``RunSetup``), per level ``LevelStarted``,
+``LevelProgress`` ticks and ``LevelFinished``, every finished request as its
+``RequestRecord``, and ends with exactly one of ``RunFinished``, ``RunFailed``
+or ``RunInterrupted``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from runs.records import LevelSummary
+from runs.records import LevelSummary, RequestRecord
+from runs.setup import RunSetup
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,6 +22,9 @@ class RunStarted:
     levels: int
     warnings: tuple[str, ...]
     """E.g. that the engine cannot force the output length."""
+    setup: RunSetup
+    started_at: float
+    """Epoch seconds (the demo's runs start in the past, in virtual time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,4 +83,31 @@ class RunFailed:
     message: str
 
 
-ProgressEvent = RunStarted | LevelStarted | LevelProgress | LevelFinished | RunFinished | RunFailed
+@dataclass(frozen=True, slots=True)
+class RunInterrupted:
+    """Stopped from outside (Ctrl-C, SIGTERM, the TUI closing the run): requests in
+    flight were recorded as cut before this event."""
+
+    reason: str
+
+
+ProgressEvent = (
+    RunStarted
+    | LevelStarted
+    | LevelProgress
+    | LevelFinished
+    | RunFinished
+    | RunFailed
+    | RunInterrupted
+)
+RunEvent = ProgressEvent | RequestRecord
+"""Everything a run emits; the recorder takes them all."""
+
+END_EVENTS = (RunFinished, RunFailed, RunInterrupted)
+
+
+class RunEventSink(Protocol):
+    """Takes a run's events as they happen: the store's recorder, or anything
+    that follows a run.  The load generator emits to it without knowing the store."""
+
+    def on_event(self, event: RunEvent, /) -> None: ...

@@ -18,6 +18,7 @@ from store.models import (
     Regression,
     RunInfo,
 )
+from store.recorder import RunRecorder
 from store.schema import SCHEMA_VERSION
 from store.store import Store, default_db_path, open_store
 
@@ -35,6 +36,7 @@ __all__ = [
     "Regression",
     "RunInfo",
     "RunNotFoundError",
+    "RunRecorder",
     "Store",
     "StoreError",
     "StoreVersionError",

@@ -114,12 +114,16 @@ def _runs_table(runs: list[RunInfo]) -> Table:
             escape(name),
             escape(r.engine_kind or "-"),
             escape(r.node or "-"),
-            escape(r.status),
+            escape(_status(r)),
             str(r.level_count),
             f"{r.request_count:,}",
             _when(r.created_at),
         )
     return t
+
+
+def _status(run: RunInfo) -> str:
+    return f"{run.status}: {run.status_reason}" if run.status_reason else run.status
 
 
 def _comparison_table(c: Comparison) -> Table:
@@ -150,7 +154,7 @@ def _comparison_table(c: Comparison) -> Table:
 def _show(console: Console, st: Store, run_id: str) -> None:
     r = st.get_run(run_id)
     console.print(
-        f"[bold]{escape(r.label)}[/bold]  id {escape(r.run_id)}  status {escape(r.status)}"
+        f"[bold]{escape(r.label)}[/bold]  id {escape(r.run_id)}  status {escape(_status(r))}"
     )
     console.print(
         escape(f"engine {r.engine_kind or '-'} on {r.node or '-'}, deployment {r.deployment_id}")

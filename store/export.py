@@ -66,10 +66,12 @@ def comparison_to_json(comparison: Comparison) -> str:
 
 
 def _model(run: RunInfo) -> str | None:
+    target = run.profile.get("target")
+    places = [run.profile, run.workload, target if isinstance(target, dict) else {}]
     for key in ("model_class", "model", "model_name"):
-        value = run.profile.get(key) or run.workload.get(key)
-        if value:
-            return str(value)
+        for place in places:
+            if place.get(key):
+                return str(place[key])
     return None
 
 

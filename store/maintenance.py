@@ -52,7 +52,8 @@ def mark_orphaned_runs(conn: sqlite3.Connection) -> list[str]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.executemany(
-            "UPDATE runs SET status = 'interrupted', finished_at = coalesce("
+            "UPDATE runs SET status = 'interrupted', status_reason = 'its process ended "
+            "without finishing it (killed?)', finished_at = coalesce("
             "(SELECT max(coalesce(end_at, sent_at)) FROM requests WHERE run_id = runs.id), "
             "created_at) WHERE id = ? AND status = 'running'",
             gone,

@@ -37,6 +37,8 @@ class RunInfo:
     level_count: int = 0
     request_count: int = 0
     """Requests stored for the run (warm-up, failed and cut ones included)."""
+    status_reason: str | None = None
+    """Why the run ended as it did (a failed or interrupted run says), in words."""
 
     @property
     def label(self) -> str:

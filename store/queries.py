@@ -33,7 +33,8 @@ _RUN_SELECT = """
 SELECT r.id, r.name, r.engine_kind, r.node, r.deployment_id, r.profile_json, r.workload_json,
        r.software_json, r.simulated, r.status, r.created_at, r.finished_at,
        (SELECT count(*) FROM levels l WHERE l.run_id = r.id),
-       (SELECT count(*) FROM requests q WHERE q.run_id = r.id)
+       (SELECT count(*) FROM requests q WHERE q.run_id = r.id),
+       r.status_reason
 FROM runs r
 """
 
@@ -54,6 +55,7 @@ def _run_from_row(row: tuple[Any, ...]) -> RunInfo:
         finished_at=row[11],
         level_count=row[12],
         request_count=row[13],
+        status_reason=row[14],
     )
 
 
@@ -210,11 +212,24 @@ REGRESSION_METRICS: tuple[tuple[str, bool], ...] = (
 )
 
 
+def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
+    """A stored profile without who started the run and at which URL (``runs.setup``):
+    the same load at the same model is one configuration from the TUI or the CLI."""
+    what = {k: v for k, v in profile.items() if k != "origin"}
+    target = what.get("target")
+    if isinstance(target, dict):
+        what["target"] = {k: v for k, v in target.items() if k != "url"}
+    return what
+
+
 def config_differences(a: RunInfo, b: RunInfo) -> list[str]:
     diffs = []
-    for name in ("engine_kind", "profile", "workload"):
-        if getattr(a, name) != getattr(b, name):
-            diffs.append(name)
+    if a.engine_kind != b.engine_kind:
+        diffs.append("engine_kind")
+    if measured_profile(a.profile) != measured_profile(b.profile):
+        diffs.append("profile")
+    if a.workload != b.workload:
+        diffs.append("workload")
     return diffs
 
 

@@ -21,7 +21,7 @@ from sqlite_utils.migrations import Migrations
 from store.errors import StoreError, StoreVersionError
 from store.samples import add_declared_columns
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The newest schema this infer-top writes and reads."""
 
 APPLICATION_ID = 0x69746F70  # "itop": marks a file as an infer-top store
@@ -256,6 +256,14 @@ def _v4_run_owner(db: Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN owner_pid INTEGER")
     db.execute("ALTER TABLE runs ADD COLUMN owner_start TEXT")
     _set_version(db, 4)
+
+
+@MIGRATIONS(name="0005_run_status_reason")
+def _v5_run_status_reason(db: Database) -> None:
+    # Why a run ended as it did, in words ("all 32 requests failed: http_status 32",
+    # "stopped by SIGTERM"), for `runs list` and the TUI (store.recorder).
+    db.execute("ALTER TABLE runs ADD COLUMN status_reason TEXT")
+    _set_version(db, 5)
 
 
 def file_version(conn: sqlite3.Connection) -> int:

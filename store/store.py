@@ -175,10 +175,17 @@ class Store(FleetMixin):
     def add_level(self, run_id: str, summary: LevelSummary) -> None:
         self._writer.put_rows(INSERT_LEVEL, [level_to_row(run_id, summary)])
 
-    def finish_run(self, run_id: str, status: str = "completed", at: float | None = None) -> None:
+    def finish_run(
+        self,
+        run_id: str,
+        status: str = "completed",
+        at: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """``reason``: why it ended so, in words (a failed or interrupted run says)."""
         self._writer.put_rows(
-            "UPDATE runs SET status = ?, finished_at = ? WHERE id = ?",
-            [(status, time.time() if at is None else at, run_id)],
+            "UPDATE runs SET status = ?, finished_at = ?, status_reason = ? WHERE id = ?",
+            [(status, time.time() if at is None else at, reason, run_id)],
         )
 
     def flush(self, timeout_s: float | None = 30.0) -> None:

@@ -18,7 +18,7 @@ from tui import __version__
 SUBCOMMANDS: tuple[str, ...] = (
     "tui.commands",  # (default) open the TUI
     "tui.demo",  # demo
-    "loadgen.cli",  # bench
+    "control.bench",  # bench
     "sim.cli",  # sim
     "store.cli",  # runs
 )

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from loadgen import cli, read_jsonl
+from control import bench as cli
+from loadgen import read_jsonl
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 

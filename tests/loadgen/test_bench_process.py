@@ -3,7 +3,6 @@ stand-in engines that misbehave: what a script or CI job would see."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ from aiohttp import web
 
 from runs.records import ErrorKind
 from store import open_store
-from tests.loadgen.conftest import ROOT, infer_top_argv
+from tests.loadgen.conftest import ROOT, bench, infer_top_argv
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -41,24 +40,6 @@ async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
     yield start
     for runner in runners:
         await runner.cleanup()
-
-
-async def bench(*argv: str, timeout_s: float = 120.0) -> tuple[int, str, str]:
-    """Run ``infer-top bench ARGV`` without blocking this loop (it serves the engine)."""
-    proc = await asyncio.create_subprocess_exec(
-        *infer_top_argv("bench", "--quiet", *argv),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def _event(obj: object) -> bytes:

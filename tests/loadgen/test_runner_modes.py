@@ -25,14 +25,15 @@ from loadgen import (
     RunFailed,
     RunFinished,
     RunStarted,
-    SinkSpec,
     Target,
     Workload,
+    describe_run,
     read_jsonl,
     run_load,
     run_load_in_subprocess,
 )
 from loadgen.stats import quantile
+from runs.records import RequestRecord
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 
@@ -99,6 +100,22 @@ async def test_warmup_requests_are_recorded_but_left_out_and_events_flow(
     assert started.warnings  # generic OpenAI engine: length cannot be forced
 
 
+async def test_min_requests_per_client_sends_more_at_high_concurrency(
+    sched_server: Callable[..., Any],
+) -> None:
+    server = sched_server(*FAST)
+    sink = MemorySink()
+    events: list[Any] = []
+    spec = LoadSpec((ClosedLoop(1), ClosedLoop(4)), requests_per_level=3, min_requests_per_client=2)
+    result = await run_load(
+        spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink, events.append
+    )
+    assert [s.completed for s in result.levels] == [3, 8]  # max(3, 2 x 1), max(3, 2 x 4)
+    planned = [e.planned_requests for e in events if isinstance(e, LevelStarted)]
+    assert planned == [3, 8]
+    assert [r for r in events if isinstance(r, RequestRecord)] == sink.records
+
+
 async def test_exact_length_fields_and_api_key_reach_the_server(
     sched_server: Callable[..., Any],
 ) -> None:
@@ -128,7 +145,7 @@ async def test_worker_process_streams_events_and_writes_the_sink(
             spec,
             Workload(input_len=8, output_len=4),
             Target(server.url, "m"),
-            SinkSpec(jsonl_path=str(path)),
+            jsonl_path=str(path),
             run_id="sub",
         )
     ]
@@ -153,50 +170,61 @@ async def test_a_stopped_worker_keeps_its_requests_in_flight_as_cut(
     sched_server: Callable[..., Any], tmp_path: Path
 ) -> None:
     """Closing the iterator SIGTERMs the worker: it stops like Ctrl-C, recording the
-    requests in flight as cut and marking its stored run interrupted."""
-    from store import open_store
+    requests in flight as cut; they reach the parent's recorder, which marks the run
+    interrupted (the worker never opens the store)."""
+    from store import RunRecorder, open_store
 
     server = sched_server(*FAST)
     path, db = tmp_path / "crash.jsonl", tmp_path / "tui.db"
     spec = LoadSpec((ClosedLoop(4),), requests_per_level=100_000)
     seen = 0
-    worker = run_load_in_subprocess(
-        spec, Workload(input_len=8, output_len=4), Target(server.url, "m"),
-        SinkSpec(jsonl_path=str(path), store_path=str(db)), run_id="stopped",
-    )  # fmt: skip
-    async with aclosing(worker) as events:  # closing SIGTERMs the worker mid-run
-        async for event in events:
-            if isinstance(event, LevelProgress) and event.completed >= 20:
-                seen = event.completed
-                break
+    with open_store(db) as st:
+        recorder = RunRecorder(st)
+        worker = run_load_in_subprocess(
+            spec, Workload(input_len=8, output_len=4), Target(server.url, "m"),
+            record=recorder, jsonl_path=str(path), run_id="stopped",
+        )  # fmt: skip
+        async with aclosing(worker) as events:  # closing SIGTERMs the worker mid-run
+            async for event in events:
+                if isinstance(event, LevelProgress) and event.completed >= 20:
+                    seen = event.completed
+                    break
+        assert (recorder.status, recorder.reason) == ("interrupted", "stopped by SIGTERM")
     records, levels = read_jsonl(path)
     assert seen >= 20 and levels == []
     assert len(records) >= seen  # everything reported finished is on disk
     assert all(r.ok for r in records) and any(r.incomplete for r in records)
     with open_store(db) as st:
         run = st.get_run("stopped")
-        assert run.status == "interrupted" and run.request_count == len(records)
+        stored = list(st.iter_requests("stopped"))
+    assert run.status == "interrupted" and run.status_reason == "stopped by SIGTERM"
+    in_order = sorted(records, key=lambda r: r.request_index)
+    assert stored == in_order  # the cut ones too, sent back after the SIGTERM
 
 
-async def test_worker_process_saves_to_the_store_at_a_given_path(
+async def test_worker_process_streams_its_requests_to_the_parents_recorder(
     sched_server: Callable[..., Any], tmp_path: Path
 ) -> None:
-    from store import open_store
+    from store import RunRecorder, open_store
 
     server = sched_server(*FAST)
     db = tmp_path / "tui.db"
     spec = LoadSpec((ClosedLoop(2),), requests_per_level=4)
-    worker = run_load_in_subprocess(
-        spec, Workload(input_len=8, output_len=4), Target(server.url, "m", "vllm"),
-        SinkSpec(store_path=str(db), run_name="from the TUI"), run_id="tui1",
-    )  # fmt: skip
-    async with aclosing(worker) as events:
-        last = [e async for e in events][-1]
-    assert isinstance(last, RunFinished)
+    workload, target = Workload(input_len=8, output_len=4), Target(server.url, "m", "vllm")
+    setup = describe_run(spec, workload, target, origin="tui", name="from the TUI")
+    with open_store(db) as st:
+        worker = run_load_in_subprocess(
+            spec, workload, target, setup=setup, record=RunRecorder(st), run_id="tui1"
+        )
+        async with aclosing(worker) as events:
+            shown = [e async for e in events]
+        assert isinstance(shown[-1], RunFinished)
+        assert not any(isinstance(e, RequestRecord) for e in shown)  # they go to the recorder
     with open_store(db) as st:
         run = st.get_run("tui1")
         assert run.name == "from the TUI" and run.status == "completed"
         assert run.engine_kind == "vllm" and st.request_count("tui1") == 4
+        assert run.profile["origin"] == "tui" and run.profile["spec"]["requests_per_level"] == 4
 
 
 async def test_cancelling_a_run_records_every_request_in_flight_as_cut(

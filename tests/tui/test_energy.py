@@ -9,26 +9,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from control.loads import LoadRequest, profile
-from control.run_recorder import RunRecorder
+from control.loads import profile
+from loadgen import Target, describe_run
 from runs.events import LevelFinished, RunFinished, RunResult, RunStarted
-from store import open_store
+from store import RunRecorder, open_store
 from tests.tui.conftest import EPOCH, SIZE, fleet_frames, frozen_app, frozen_services
 
 
 def recorded_run(store: Any, app: Any, node: str, seed_level: Any, *, simulated_gpus: bool) -> str:
-    request = LoadRequest(
+    smoke = profile("smoke")
+    setup = describe_run(
+        smoke.spec(),
+        smoke.workload(),
+        Target("http://127.0.0.1:9", "m", "vllm"),
+        origin="tui",
         node=node,
-        engine_id=f"eng-{node}",
-        engine_kind="vllm",
-        url="http://127.0.0.1:9",
-        model="m",
-        profile=profile("smoke"),
+        deployment_id=f"eng-{node}",
         gpu_ids=(1,),
     )
     level = replace(seed_level, started_at=EPOCH + 10, ended_at=EPOCH + 40, energy_j=None)
-    recorder = RunRecorder(store, request)
-    recorder.on_event(RunStarted(f"run-{node}", 1, ()))
+    recorder = RunRecorder(store)
+    recorder.on_event(RunStarted(f"run-{node}", 1, (), setup, EPOCH))
     app.record_telemetry(node, True)
     for frame in fleet_frames(node, 2, range(60)):
         app.ingest(

@@ -166,7 +166,7 @@ def test_help(snap_compare: Any) -> None:
 def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
     """A finished sweep as the Load test screen shows it, from fixed progress events
     (the simulated vLLM run's own level summaries)."""
-    from runs.events import LevelFinished, RunStarted
+    from runs.events import LevelFinished
     from tui.messages import LoadFinished, LoadProgress
 
     app = frozen_app(frozen_services(store=seed_store))
@@ -177,7 +177,7 @@ def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
         screen: Any = app.screen
         screen.query_one("#target").value = "h200-0/vllm-a"
         screen._planned = len(levels)
-        events: list[Any] = [RunStarted("fixed-run", len(levels), ())]
+        events: list[Any] = [run_started(len(levels))]
         for s in levels:
             events += [*level_events(s, ticks=(1, 2, 3)), LevelFinished(s)]
         for event in events:
@@ -225,11 +225,18 @@ def level_events(s: Any, ticks: tuple[int, ...], *, live_itl: bool = False) -> l
     return events
 
 
+def run_started(levels: int) -> Any:
+    """The fixed run's start (the screen shows only its warnings, of which it has none)."""
+    from runs.events import RunStarted
+    from runs.setup import RunSetup
+
+    setup = RunSetup("tui", "vllm", "m", None, True, spec={}, workload={}, node="h200-0")
+    return RunStarted("fixed-run", levels, (), setup, 0.0)
+
+
 def running_level_events(summary: Any) -> list[Any]:
     """A level that has started and is part-way: two progress ticks, no LevelFinished."""
-    from runs.events import RunStarted
-
-    return [RunStarted("fixed-run", 1, ()), *level_events(summary, ticks=(1, 2), live_itl=True)]
+    return [run_started(1), *level_events(summary, ticks=(1, 2), live_itl=True)]
 
 
 def test_load_running(snap_compare: Any, seed_store: Any) -> None:

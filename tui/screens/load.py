@@ -14,10 +14,10 @@ from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Stati
 
 from control.loads import PROFILES, LoadRequest, profile, resolve_target
 from control.model import fmt
-from control.run_recorder import RunRecorder
 from control.services import describe_error
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
 from runs.records import LevelSummary
+from store.recorder import RunRecorder
 from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
 from tui.fasttable import Cell
@@ -194,18 +194,17 @@ class LoadScreen(BaseScreen):
             self.post_message(LoadFinished(None, "no load generator is configured"))
             return
         request = await resolve_target(services.node(request.node), request)
-        recorder = RunRecorder(services.store, request)
+        recorder = RunRecorder(services.store)  # gets every event, requests included
         self.top.record_telemetry(request.node, True)
         try:
-            async for event in services.load_runner(request):
-                recorder.on_event(event)
+            async for event in services.load_runner(request, recorder):
                 self.post_message(LoadProgress(event))
-            run_id, error = recorder.finish()
+            recorder.abandon("the load test ended without a result")
         except Exception as exc:
-            recorder.fail(describe_error(exc))
-            run_id, error = recorder.run_id, describe_error(exc)
+            recorder.abandon(describe_error(exc))
         finally:
             self.top.record_telemetry(request.node, False)
+        run_id, error = recorder.run_id, recorder.reason
         if services.store is not None:
             await asyncio.to_thread(services.store.flush)
         self.post_message(LoadFinished(run_id, error))
@@ -270,7 +269,7 @@ class LoadScreen(BaseScreen):
         if message.error:
             status.update(
                 f"[bold red]load test failed: {message.error}[/]"
-                + (f" (partial run {message.run_id} saved)" if message.run_id else "")
+                + (f" (run {message.run_id} saved)" if message.run_id else "")
             )
         else:
             self.query_one("#load-progress", ProgressBar).update(progress=1.0)

@@ -1,4 +1,8 @@
-"""``infer-top bench``: a headless load test with a live bar and a summary table."""
+"""``infer-top bench``: a headless load test with a live bar and a summary table.
+
+It composes the load generator (``loadgen``) with the store's one recorder
+(``store.recorder``) when ``--save`` is given: the run is stored exactly as the
+TUI stores it (docs/design.md, "The run path")."""
 
 from __future__ import annotations
 
@@ -6,11 +10,18 @@ import argparse
 import os
 import sys
 from collections import Counter
-from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
+from control.loads import probe_engine
 from loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
 from loadgen.profiles import (
     Arrival,
@@ -31,17 +42,20 @@ from loadgen.report import (
     write_json,
 )
 from loadgen.runner import Target, run_load
-from loadgen.sinks import FanoutSink
-from loadgen.subproc import SinkSpec, open_sinks, plain
+from loadgen.setup import describe_run, plain
+from loadgen.sinks import FanoutSink, JsonlSink
 from loadgen.workload import PromptSource, Workload, WorkloadError
 from runs.events import (
     LevelFinished,
     LevelProgress,
     LevelStarted,
-    ProgressEvent,
+    RunEvent,
+    RunFailed,
+    RunInterrupted,
     RunResult,
     RunStarted,
 )
+from store import RunRecorder, Store, open_store
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
@@ -83,7 +97,7 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench",
         help="load-test an OpenAI-compatible endpoint (concurrency sweep or arrival rate)",
@@ -104,6 +118,12 @@ def register(sub: Any) -> None:
     lp.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     lp.add_argument("--max-concurrency", type=int, default=None, help="cap for --rate levels")
     lp.add_argument("--requests", type=int, default=None, help="measured requests per level")
+    lp.add_argument(
+        "--min-requests-per-client",
+        type=int,
+        default=0,
+        help="with --concurrency: each level sends at least this many per client",
+    )
     lp.add_argument("--duration", type=_duration, default=None, help="per level, e.g. 30s")
     lp.add_argument("--warmup", default="0", help="warm-up per level: a count (8) or time (5s)")
     lp.add_argument("--timeout", type=_duration, default=600.0, help="per-request limit")
@@ -152,6 +172,7 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
     spec = LoadSpec(
         levels,
         requests_per_level=requests,
+        min_requests_per_client=args.min_requests_per_client,
         duration_s=args.duration,
         warmup_requests=warm_count,
         warmup_s=warm_s,
@@ -178,9 +199,9 @@ class _Live:
 
     def __init__(self, progress: Progress | None, spec: LoadSpec, console: Console) -> None:
         self.progress, self.spec, self.console = progress, spec, console
-        self.task: Any = None
+        self.task: TaskID | None = None
 
-    def __call__(self, event: ProgressEvent) -> None:
+    def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
             for warning in event.warnings:
                 self.console.print(f"[yellow]warning:[/] {warning}")
@@ -221,13 +242,20 @@ def run(args: argparse.Namespace) -> int:
     except WorkloadError as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
-    run_id = new_run_id()
-    where = SinkSpec(args.jsonl_path, args.save, args.db if args.save else None, args.name)
+    probe = run_in_new_loop(probe_engine(target.url, target.api_key))
+    if probe.simulated:
+        err.print(
+            "[yellow]note:[/] this engine is infer-top's simulator: its figures are simulated"
+        )
+    setup = describe_run(
+        spec, workload, target, origin="bench", name=args.name, simulated=probe.simulated
+    )
     try:
-        sink, store_sink = open_sinks(where, run_id, spec, workload, target)
+        sink, store = _open_outputs(args)
     except Exception as exc:  # unwritable JSONL path, store that will not open
         err.print(f"[red]error:[/] cannot open the output: {exc}")
         return 2
+    recorder = RunRecorder(store) if store is not None else None
     progress = None
     if not args.quiet:
         progress = Progress(
@@ -240,31 +268,36 @@ def run(args: argparse.Namespace) -> int:
             transient=False,
         )
     live = _Live(progress, spec, err)
+
+    def emit(event: RunEvent) -> None:
+        live(event)
+        if recorder is not None:
+            recorder.on_event(event)
+
     term = TermAsInterrupt()
     try:
         if progress is not None:
             progress.start()
         with term:
-            result = run_in_new_loop(run_load(spec, workload, target, sink, live, run_id=run_id))
+            result = run_in_new_loop(
+                run_load(spec, workload, target, sink, emit, run_id=new_run_id(), setup=setup)
+            )
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (timeout, systemd, CI)
-        if store_sink is not None:
-            store_sink.status = "interrupted"
-        by = " by SIGTERM" if term.received else ""
-        err.print(f"[yellow]interrupted{by}[/]: finished and cut requests are in the sinks")
+        by = "SIGTERM" if term.received else "Ctrl-C"
+        emit(RunInterrupted(f"stopped by {by}"))
+        err.print(f"[yellow]interrupted by {by}[/]: finished and cut requests are in the sinks")
         return 143 if term.received else 130
     except (WorkloadError, OSError) as exc:  # e.g. the JSONL disk filled up mid-run
-        if store_sink is not None:
-            store_sink.status = "failed"
+        emit(RunFailed(str(exc)))
         err.print(f"[red]error:[/] {exc}")
         return 1
-    except BaseException:
-        if store_sink is not None:
-            store_sink.status = "failed"
+    except BaseException as exc:
+        emit(RunFailed(f"{type(exc).__name__}: {exc}"))
         raise
     finally:
         if progress is not None:
             progress.stop()
-        closed = _close(sink, err)
+        closed = _close(sink, store, err)
     out = Console()
     if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
         out = Console(width=160)
@@ -280,13 +313,28 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.json_path, result, context)
     if args.csv_path:
         write_csv(args.csv_path, result.levels)
-    if store_sink is not None:
-        err.print(f"saved to the store as run {run_id}")
+    if recorder is not None:
+        why = f": {recorder.reason}" if recorder.reason else ""
+        err.print(
+            f"saved to the store as run {result.run_id} ({recorder.status}{why})",
+            highlight=False,
+            soft_wrap=True,
+        )
     too_many = _too_many_failures(result, args.max_failure_pct)
     if too_many:
         err.print(f"[red]error:[/] {too_many}", highlight=False, soft_wrap=True)
     ok = sum(s.completed for s in result.levels)
     return 0 if ok and closed and not too_many else 1
+
+
+def _open_outputs(args: argparse.Namespace) -> tuple[FanoutSink, Store | None]:
+    """The JSONL sink (when asked) and the store (with --save); nothing left open on error."""
+    sink = FanoutSink(JsonlSink(args.jsonl_path)) if args.jsonl_path else FanoutSink()
+    try:
+        return sink, open_store(args.db) if args.save else None
+    except BaseException:
+        sink.close()
+        raise
 
 
 def _too_many_failures(result: RunResult, max_pct: float) -> str | None:
@@ -306,15 +354,20 @@ def _too_many_failures(result: RunResult, max_pct: float) -> str | None:
     )
 
 
-def _close(sink: FanoutSink, err: Console) -> bool:
+def _close(sink: FanoutSink, store: Store | None, err: Console) -> bool:
     """Close the outputs; False (said on stderr) when one lost data: a full disk, or
     store rows that could not be written (set aside in its rejected_rows table)."""
-    try:
-        sink.close()
-    except Exception as exc:  # OSError, or the store's StoreWriteError
-        err.print(f"[red]error:[/] closing the outputs: {exc}")
-        return False
-    return True
+    closers = [("the outputs", sink.close)]
+    if store is not None:
+        closers.append(("the store", store.close))
+    closed = True
+    for what, close in closers:
+        try:
+            close()
+        except Exception as exc:  # OSError, or the store's StoreWriteError
+            err.print(f"[red]error:[/] closing {what}: {exc}")
+            closed = False
+    return closed
 
 
 if __name__ == "__main__":  # pragma: no cover
