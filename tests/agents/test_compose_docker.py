@@ -20,6 +20,7 @@ from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.protocol import TelemetryFrame
+from tests.waiting import apoll_until
 
 from .conftest import TOKEN
 
@@ -276,13 +277,10 @@ async def test_agent_process_killed_and_restarted_adopts_its_engine(
             *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
         )
         async with AgentClient(url, TOKEN) as probe:
-            for _ in range(200):
-                try:
-                    await probe.node_info()
-                    return proc
-                except AgentError:
-                    await asyncio.sleep(0.1)
-        raise AssertionError("the agent process did not come up")
+            await apoll_until(
+                probe.node_info, "the agent process to come up", ignoring=(AgentError,)
+            )
+        return proc
 
     agent = await launch()
     try:

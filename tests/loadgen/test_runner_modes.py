@@ -33,6 +33,7 @@ from loadgen import (
     run_load_in_subprocess,
 )
 from loadgen.stats import quantile
+from tests.waiting import apoll_until
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 
@@ -205,7 +206,9 @@ async def test_cancelling_a_run_records_every_request_in_flight_as_cut(
             spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink, events.append
         )
     )
-    await asyncio.sleep(1.5)  # ~1 s per answer: some finished, five in flight
+    # Closed loop: each worker sends its next request in the same step that
+    # records the last one, so once one answer is in, five are in flight.
+    await apoll_until(lambda: any(r.ok for r in sink.records), "a first answer", timeout_s=60)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -213,6 +216,7 @@ async def test_cancelling_a_run_records_every_request_in_flight_as_cut(
     assert len(cut) == 5 and all(r.error_kind is None for r in cut)
     assert any(r.ok and not r.incomplete for r in sink.records)
     before = len(sink.records)
+    # A window in which nothing may happen: waiting on an event cannot show an absence.
     await asyncio.sleep(0.5)
     assert len(sink.records) == before  # no request outlived the run
 

@@ -7,7 +7,6 @@ import asyncio
 import json
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 
 from compose import LABEL_DEPLOYMENT, compose_file
 from tests.conftest import Rig
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.docker
 
@@ -26,27 +26,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def health_status(project: str) -> str:
+    """Docker's health status of the project's first container ("" while there is none)."""
+    ids = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if not ids:
+        return ""
+    return subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Health.Status}}", ids[0]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def wait_healthy(project: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    status = "?"
-    while time.monotonic() < deadline:
-        ids = subprocess.run(
-            ["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        if ids:
-            status = subprocess.run(
-                ["docker", "inspect", "-f", "{{.State.Health.Status}}", ids[0]],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-            if status == "healthy":
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"{project} not healthy after {timeout_s}s (last status {status!r})")
+    poll_until(
+        lambda: health_status(project),
+        f"{project} to be healthy",
+        done=lambda status: status == "healthy",
+        timeout_s=timeout_s,
+        every_s=0.5,
+    )
 
 
 async def stream_chat(port: int) -> list[dict[str, Any]]:
