@@ -175,10 +175,11 @@ async def test_adopted_after_agent_restart_and_crash_reported_fast(
             "docker", "kill", container, stdout=asyncio.subprocess.DEVNULL
         )
         assert await kill.wait() == 0
-        crashed = await asyncio.wait_for(anext(events), timeout=2.0)
+        crashed = await asyncio.wait_for(anext(events), timeout=30)
         assert (crashed.kind, crashed.engine_id) == ("crashed", engine.id)
-        assert crashed.ts - killed_at < 2.0
-        assert "exited" in crashed.message
+        assert crashed.ts >= killed_at
+        # Docker's die event, not the status poll: it carries the exit code (SIGKILL).
+        assert "exited (code 137, die)" in crashed.message, crashed.message
         (info,) = await client.engines()
         assert (info.state, info.health) == ("crashed", "dead")
 
@@ -187,7 +188,7 @@ async def test_adopted_after_agent_restart_and_crash_reported_fast(
             "docker", "start", container, stdout=asyncio.subprocess.DEVNULL
         )
         assert await again.wait() == 0
-        restarted = await asyncio.wait_for(anext(events), timeout=10)
+        restarted = await asyncio.wait_for(anext(events), timeout=30)
         healthy = await asyncio.wait_for(anext(events), timeout=30)
         assert (restarted.kind, healthy.kind) == ("restarted", "healthy")
         await events.aclose()
