@@ -19,7 +19,6 @@ from loadgen.profiles import (
     ProfileError,
     Slo,
     concurrency_sweep,
-    parse_duration_s,
     parse_slo,
 )
 from loadgen.runner import Target, run_load
@@ -68,7 +67,6 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "concurrency_sweep",
-    "parse_duration_s",
     "parse_slo",
     "read_jsonl",
     "run_in_new_loop",

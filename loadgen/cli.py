@@ -18,7 +18,6 @@ from loadgen.profiles import (
     OpenLoop,
     ProfileError,
     concurrency_sweep,
-    parse_duration_s,
     parse_slo,
 )
 from loadgen.quirks import known_kinds
@@ -39,6 +38,7 @@ from runs.events import (
     ProgressEvent,
     RunStarted,
 )
+from runs.units import duration_arg, parse_duration_s
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
@@ -59,13 +59,6 @@ def _float_list(text: str) -> list[float]:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected rates like 2,5,10, got {text!r}") from None
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration_s(text)
-    except ProfileError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub: Any) -> None:
@@ -89,10 +82,12 @@ def register(sub: Any) -> None:
     lp.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     lp.add_argument("--max-concurrency", type=int, default=None, help="cap for --rate levels")
     lp.add_argument("--requests", type=int, default=None, help="measured requests per level")
-    lp.add_argument("--duration", type=_duration, default=None, help="per level, e.g. 30s")
+    lp.add_argument("--duration", type=duration_arg, default=None, help="per level, e.g. 30s")
     lp.add_argument("--warmup", default="0", help="warm-up per level: a count (8) or time (5s)")
-    lp.add_argument("--timeout", type=_duration, default=600.0, help="per-request limit")
-    lp.add_argument("--stall-timeout", type=_duration, default=60.0, help="max gap between bytes")
+    lp.add_argument("--timeout", type=duration_arg, default=600.0, help="per-request limit")
+    lp.add_argument(
+        "--stall-timeout", type=duration_arg, default=60.0, help="max gap between bytes"
+    )
     lp.add_argument("--slo", type=str, default=None, help="e.g. ttft=500ms,tpot=50ms")
     w = p.add_argument_group("workload")
     w.add_argument("--input-len", type=int, default=512, help="prompt tokens")
