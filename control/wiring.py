@@ -15,6 +15,7 @@ from typing import Any
 from control.config import Config, ConfigError
 from control.loads import LoadRequest, run_load
 from control.services import NodeHandle, Services
+from store import open_store
 
 
 def agent_client(url: str, token: str) -> Any:
@@ -41,18 +42,12 @@ def node_handles(config: Config) -> list[NodeHandle]:
     return handles
 
 
-def open_store(config: Config) -> Any:
-    from store import open_store as _open
-
-    return _open(config.db_path)
-
-
 @asynccontextmanager
 async def build_services(config: Config, *, agent_config: Any = None) -> AsyncIterator[Services]:
     """Services for ``config``; everything started here is stopped on exit."""
     services = Services()
     async with services.exit_stack:
-        store = open_store(config)
+        store = open_store(config.db_path)
         services.exit_stack.callback(store.close)
         services.store = store
         services.load_runner = lambda request: _runner(request)
