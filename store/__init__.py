@@ -7,7 +7,6 @@ one SQLite file (sqlite-utils), written by one thread, read off the TUI's loop.
         st.add_request(record); st.add_level(run_id, summary); st.finish_run(run_id)
 """
 
-from store.aio import AsyncStore
 from store.errors import RunNotFoundError, StoreError, StoreVersionError, StoreWriteError
 from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo, rows_from_frame
 from store.maintenance import PruneResult
@@ -26,7 +25,6 @@ from store.store import Store, default_db_path, open_store
 
 __all__ = [
     "SCHEMA_VERSION",
-    "AsyncStore",
     "Comparison",
     "ComparisonRow",
     "DeploymentInfo",

@@ -2,8 +2,9 @@
 
 Writes are enqueued to one writer thread (see ``store.writer``), so calling
 ``add_request`` from the TUI's event loop costs microseconds.  Reads use a
-separate read connection (WAL lets them run while the writer commits); call
-them through ``AsyncStore`` from an event loop so they run off it.
+separate read connection (WAL lets them run while the writer commits); from
+an event loop, call them in a worker thread (``asyncio.to_thread``, as the TUI
+does) so a slow query never stalls it.
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ class Store(FleetMixin):
         pages = 4_294_967_294 if max_db_bytes is None else max(1, max_db_bytes // self._page_size)
         self._writer.call(lambda c: c.execute(f"PRAGMA max_page_count = {int(pages)}")).result()
 
-    # --- reads (read connection; call through AsyncStore from a loop) -----
+    # --- reads (read connection; from a loop, call in a worker thread) -----
 
     def _read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         with self._read_lock:

@@ -1,41 +1,13 @@
-"""AsyncStore keeps the loop free; retention folds old telemetry into history."""
+"""Reads beside the writer; retention folds old telemetry into history."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
-from store import AsyncStore, EngineRow, GpuRow, open_store
-from tests.store.conftest import record, summary_from_h200
-
-
-async def test_reads_run_off_the_event_loop(tmp_path: Path) -> None:
-    astore = await AsyncStore.open(tmp_path / "a.db")
-    st = astore.store
-    run_id = astore.create_run(name="async", engine_kind="vllm", node="n1")
-    astore.add_requests(record(run_id, 0, i) for i in range(100))
-    astore.add_level(run_id, summary_from_h200(0))
-    await astore.flush()
-    loop_thread = threading.get_ident()
-    seen: list[int] = []
-    original = st._read
-
-    def spy(*args: object, **kwargs: object) -> object:
-        seen.append(threading.get_ident())
-        return original(*args, **kwargs)  # type: ignore[arg-type]
-
-    st._read = spy  # type: ignore[method-assign]
-    runs, comparison, requests = await asyncio.gather(
-        astore.list_runs(), astore.compare([run_id]), astore.requests(run_id)
-    )
-    assert [r.run_id for r in runs] == [run_id]
-    assert comparison.rows[0].output_tok_s == summary_from_h200(0).output_tok_s
-    assert len(requests) == 100
-    assert seen and loop_thread not in seen
-    await astore.close()
+from store import EngineRow, GpuRow, open_store
+from tests.store.conftest import record
 
 
 def test_reads_see_committed_rows_while_the_writer_holds_a_transaction(tmp_path: Path) -> None:
