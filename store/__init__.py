@@ -8,7 +8,7 @@ one SQLite file (sqlite-utils), written by one thread, read off the TUI's loop.
 """
 
 from store.errors import RunNotFoundError, StoreError, StoreVersionError, StoreWriteError
-from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo, rows_from_frame
+from store.fleet import rows_from_frame
 from store.maintenance import PruneResult
 from store.models import (
     Comparison,
@@ -27,13 +27,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "Comparison",
     "ComparisonRow",
-    "DeploymentInfo",
     "EngineRow",
-    "EventInfo",
-    "GpuPoint",
     "GpuRow",
     "LevelRow",
-    "NodeInfo",
     "PruneResult",
     "Regression",
     "RunInfo",

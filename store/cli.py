@@ -69,14 +69,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     rs.add_parser("vacuum", help="compact the store file (VACUUM)")
 
-    pr = rs.add_parser("prune", help="fold old telemetry outside runs into per-minute history")
+    pr = rs.add_parser("prune", help="delete old telemetry taken outside runs")
     pr.add_argument("--older-than", type=duration_arg, default="7d")
-    pr.add_argument(
-        "--history-older-than",
-        type=duration_arg,
-        default=None,
-        help="also delete per-minute history older than this",
-    )
 
 
 def _when(ts: float | None) -> str:
@@ -229,11 +223,10 @@ def run(args: argparse.Namespace) -> int:
                 before, after = st.vacuum()
                 console.print(escape(f"vacuumed {st.path}: {before:,} -> {after:,} bytes"))
             elif cmd == "prune":
-                res = st.prune_telemetry(args.older_than, args.history_older_than)
+                res = st.prune_telemetry(args.older_than)
                 console.print(
                     f"pruned {res.gpu_samples_deleted:,} GPU and {res.engine_samples_deleted:,} "
-                    f"engine samples outside runs ({res.history_rows_written:,} per-minute "
-                    f"history rows written, {res.history_rows_deleted:,} deleted)"
+                    "engine samples outside runs"
                 )
     except StoreError as exc:
         err.print(escape(f"infer-top runs: {exc}"))
