@@ -280,11 +280,6 @@ class Store(FleetMixin):
         )
         return int(row[0])
 
-    def integrity_check(self) -> str:
-        """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
-        rows = self._read(lambda c: c.execute("PRAGMA integrity_check").fetchall())
-        return "\n".join(str(r[0]) for r in rows)
-
 
 def _log_failure(future: Future[Any]) -> None:
     exc = future.exception()

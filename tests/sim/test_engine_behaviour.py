@@ -161,4 +161,3 @@ async def test_ground_truth_memory_is_bounded(
                 assert r.status == 200
     kept = sim.ground_truth()
     assert [t.request_id[-1] for t in kept] == ["3", "4"]  # 2 × (9 + 1) <= 25
-    assert sim.server.dropped_traces == 3
