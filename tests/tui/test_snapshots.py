@@ -1,7 +1,7 @@
 """One snapshot per screen in its main states, 120x40 (Compare also at 80x24, an
 operator's SSH terminal), from fixed frames only.
 
-Frames come from the real H200 recording at fixed positions (``control.replay``),
+Frames come from the real H200 recording at fixed positions (``tests/tui/replay_frames.py``),
 the clock is frozen and the store holds the simulated seed comparison with
 fixed ids, so a snapshot changes only when what the operator sees changes.
 """
