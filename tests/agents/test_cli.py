@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import subprocess
 import sys
@@ -14,15 +13,10 @@ import pytest
 
 from agents.cli import build_parser, config_from_args, main
 from agents.client import AgentClient, AgentError
+from tests.ports import free_port
 from tests.waiting import apoll_until
 
 TOKEN = "cli-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_help_explains_security_and_examples(capsys: pytest.CaptureFixture[str]) -> None:

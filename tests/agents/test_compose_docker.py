@@ -4,7 +4,6 @@ engine lifecycle, crash reports, and adoption after an agent restart."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.protocol import TelemetryFrame
+from tests.ports import free_port
 from tests.waiting import apoll_until
 
 from .conftest import TOKEN
@@ -264,9 +264,7 @@ async def test_agent_process_killed_and_restarted_adopts_its_engine(
     """The acceptance path with a real agent process: SIGKILL, start again, adopted."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     argv = [sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
             "--token-file", str(token_file), "--replay-trace", "--node-name", node,
             "--allow-engine", "llamacpp", "--allow-image", rig.llama_image,  # type: ignore[attr-defined]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.security import PUBLIC_ROUTES, AuditLog
 from agents.server import create_app
+from tests.ports import free_port
 from tests.waiting import apoll_until
 
 from .conftest import TOKEN
@@ -203,9 +203,7 @@ async def test_stream_reconnects_across_an_agent_restart(
     the new run's frames (seq from 1 again, new boot_id) are delivered, none twice."""
     from aiohttp import web
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
 
     async def serve() -> web.AppRunner:
         runner = web.AppRunner(create_app(make_config()), shutdown_timeout=2.0)

@@ -8,7 +8,6 @@ the rest deferred, and generation progress that grows while streams are open
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from engines.catalog import (
 )
 from engines.sample import EngineSample
 from tests.conftest import Rig
+from tests.ports import free_port
 from tests.waiting import apoll_until
 
 pytestmark = pytest.mark.docker
@@ -33,12 +33,6 @@ pytestmark = pytest.mark.docker
 SLOTS = 2
 STREAMS = 5
 MAX_TOKENS = 6000  # the tiny model decodes ~1000 tok/s: streams must outlast the scrapes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_ready(session: aiohttp.ClientSession, base: str, timeout_s: float = 90) -> None:

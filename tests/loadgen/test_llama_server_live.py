@@ -18,7 +18,7 @@ import pytest
 from compose import compose_file
 from loadgen import LoadSpec, MemorySink, Target, Workload, concurrency_sweep, run_load
 from tests.conftest import Rig
-from tests.rig.test_llama_server_compose import free_port
+from tests.ports import free_port
 from tests.waiting import apoll_until
 
 pytestmark = pytest.mark.docker

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,15 +14,10 @@ import pytest
 
 from compose import LABEL_DEPLOYMENT, compose_file
 from tests.conftest import Rig
+from tests.ports import free_port
 from tests.waiting import poll_until
 
 pytestmark = pytest.mark.docker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def health_status(project: str) -> str:
