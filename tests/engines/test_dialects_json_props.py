@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,18 +154,6 @@ def test_ollama_ps_without_a_models_list_is_refused(doc: object) -> None:
         get_spec("ollama").parse_metrics(json.dumps(doc))
 
 
-@SETTINGS
-@given(
-    good=st.lists(model_doc, max_size=3),
-    entry=json_values.filter(lambda v: not isinstance(v, dict)),
-)
-def test_ollama_model_entry_that_is_not_an_object_is_refused(
-    good: list[dict[str, Any]], entry: object
-) -> None:
-    with pytest.raises(MetricsParseError, match="model entry is"):
-        get_spec("ollama").parse_metrics(json.dumps({"models": [*good, entry]}))
-
-
 # -- TensorRT-LLM iteration stats ---------------------------------------------------
 
 iteration_doc = st.fixed_dictionaries(
@@ -210,13 +199,26 @@ def test_generated_trtllm_stats_parse_to_the_newest_iteration(
     )
 
 
+# -- both: an entry that is not an object --------------------------------------------
+
+ENTRIES: dict[
+    str, tuple[st.SearchStrategy[dict[str, Any]], Callable[[list[object]], object], str]
+] = {
+    "ollama": (model_doc, lambda entries: {"models": entries}, "model entry is"),
+    "trtllm": (iteration_doc, lambda entries: entries, "iteration entry is"),
+}
+
+
 @SETTINGS
 @given(
-    iterations=st.lists(iteration_doc, max_size=3),
-    last=json_values.filter(lambda v: not isinstance(v, dict)),
+    kind=st.sampled_from(sorted(ENTRIES)),
+    entry=json_values.filter(lambda v: not isinstance(v, dict)),
+    data=st.data(),
 )
-def test_trtllm_newest_iteration_that_is_not_an_object_is_refused(
-    iterations: list[dict[str, Any]], last: object
+def test_an_entry_that_is_not_an_object_is_refused(
+    kind: str, entry: object, data: st.DataObject
 ) -> None:
-    with pytest.raises(MetricsParseError, match="iteration entry is"):
-        get_spec("trtllm").parse_metrics(json.dumps([*iterations, last]))
+    good_doc, document, error = ENTRIES[kind]
+    good = data.draw(st.lists(good_doc, max_size=3))
+    with pytest.raises(MetricsParseError, match=error):
+        get_spec(kind).parse_metrics(json.dumps(document([*good, entry])))

@@ -20,14 +20,19 @@ from tests.waiting import poll_until
 pytestmark = pytest.mark.docker
 
 
-def health_status(project: str) -> str:
-    """Docker's health status of the project's first container ("" while there is none)."""
-    ids = subprocess.run(
-        ["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}"],
+def project_containers(project: str, *, stopped_too: bool = False) -> list[str]:
+    return subprocess.run(
+        ["docker", "ps", "-aq" if stopped_too else "-q",
+         "--filter", f"label=com.docker.compose.project={project}"],
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.split()
+    ).stdout.split()  # fmt: skip
+
+
+def health_status(project: str) -> str:
+    """Docker's health status of the project's first container ("" while there is none)."""
+    ids = project_containers(project)
     if not ids:
         return ""
     return subprocess.run(
@@ -120,10 +125,5 @@ def test_stream_chat_with_usage_then_teardown(
     assert labels == [f"e2e-{compose_project}"]
 
     subprocess.run([*cmd, "down", "-v", "-t", "2"], check=True, capture_output=True, timeout=120)
-    left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={compose_project}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    left = project_containers(compose_project, stopped_too=True)
     assert left == [], f"containers left behind: {left}"
