@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agents import __version__
 from agents.config import AgentConfig, ConfigError, bundled_trace, default_state_dir, read_token
+from runs.units import duration_arg
 
 EPILOG = """\
 security:
@@ -35,14 +36,6 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not match:
         raise argparse.ArgumentTypeError(f"--listen wants HOST:PORT, got {value!r}")
     return match.group(1) or "127.0.0.1", int(match.group(2))
-
-
-def parse_interval(value: str) -> float:
-    match = re.fullmatch(r"([\d.]+)\s*(ms|s)?", value.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"a duration is e.g. 1s or 500ms, got {value!r}")
-    number = float(match.group(1))
-    return number / 1000 if match.group(2) == "ms" else number
 
 
 def parse_native(value: str) -> tuple[str, Path]:
@@ -127,14 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--node-name", help="name shown in the fleet (default: host name)")
     parser.add_argument(
         "--interval",
-        type=parse_interval,
+        type=duration_arg,
         default=1.0,
         metavar="DURATION",
         help="sampling interval, e.g. 1s or 500ms (default 1s)",
     )
     parser.add_argument(
         "--health-interval",
-        type=parse_interval,
+        type=duration_arg,
         default=5.0,
         metavar="DURATION",
         help="how often running engines' health routes are asked again: a hung engine "

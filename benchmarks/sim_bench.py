@@ -8,7 +8,13 @@ received, and how far the engine loop fell behind its schedule (max lag).
 Where "received" falls short of "modelled", the machine, not the model, is the
 limit.
 
+``--truth-runs N`` measures instead how far a client's timings trail the ground
+truth in the setting of ``tests/sim/test_server.py`` (8 clients, 4 sequences,
+time scale 10, simulator and client on one event loop): the figures that test's
+bounds must stay clear of.
+
 Run: ``.venv/bin/python -m benchmarks.sim_bench [--seconds 6] [--levels 16,64,256,512]``
+or ``.venv/bin/python -m benchmarks.sim_bench --truth-runs 5``
 """
 
 from __future__ import annotations
@@ -93,12 +99,66 @@ async def _level(url: str, concurrency: int, seconds: float) -> dict[str, float]
     }
 
 
+async def _truth_run() -> tuple[list[float], list[float]]:
+    """Client TTFT - true TTFT per request, and measured - scheduled per token (s)."""
+    from sim import load_profile, start_sim
+
+    profile = load_profile(PROFILE).with_overrides(max_num_seqs=4, prefix_caching=False)
+    sim = await start_sim(profile, host="127.0.0.1", port=0, time_scale=10.0)
+    body = {
+        "messages": [{"role": "user", "content": "Hello there"}],
+        "max_tokens": 12,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+    async def one(s: aiohttp.ClientSession) -> tuple[str, float, list[float]]:
+        sent, times, rid = time.time(), [], ""
+        async with s.post(sim.url + "/v1/chat/completions", json=body) as r:
+            async for line in r.content:
+                if line.startswith(b"data: {"):
+                    chunk = json.loads(line[6:])
+                    rid = chunk["id"]
+                    if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                        times.append(time.time())
+        return rid, sent, times
+
+    try:
+        async with aiohttp.ClientSession() as s:
+            seen = await asyncio.gather(*(one(s) for _ in range(8)))
+        truth = {t.request_id: t for t in sim.ground_truth(clock="epoch")}
+    finally:
+        await sim.stop()
+    ttft, lag = [], []
+    for rid, sent, times in seen:
+        true = truth[rid]
+        ttft.append(times[0] - sent - ((true.first_token_s or 0.0) - true.arrival_s))
+        lag.extend(m - s for m, s in zip(times, true.token_times_s, strict=True))
+    return ttft, lag
+
+
+def _truth(runs: int) -> None:
+    print(f"# sim_bench --truth-runs: {PROFILE}, max_num_seqs 4, 8 clients, time_scale 10")
+    print(f"# load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
+    print("run  ttft_err_min_ms  ttft_err_max_ms  token_lag_min_ms  token_lag_max_ms")
+    for run in range(1, runs + 1):
+        ttft, lag = asyncio.run(_truth_run())
+        print(
+            f"{run:3d}  {min(ttft) * 1e3:15.1f}  {max(ttft) * 1e3:15.1f}  "
+            f"{min(lag) * 1e3:16.2f}  {max(lag) * 1e3:16.1f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--levels", default="16,64,256,512")
     ap.add_argument("--time-scale", type=float, default=0.25, help="4x faster than the model")
+    ap.add_argument("--truth-runs", type=int, default=0, help="client timing vs ground truth")
     args = ap.parse_args()
+    if args.truth_runs:
+        _truth(args.truth_runs)
+        return
     ctx = mp.get_context("spawn")
     port_q, stop_ev = ctx.Queue(), ctx.Event()
     proc = ctx.Process(target=_serve, args=(port_q, stop_ev, args.time_scale), daemon=True)

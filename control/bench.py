@@ -30,7 +30,6 @@ from loadgen.profiles import (
     OpenLoop,
     ProfileError,
     concurrency_sweep,
-    parse_duration_s,
     parse_slo,
 )
 from loadgen.quirks import known_kinds
@@ -55,6 +54,7 @@ from runs.events import (
     RunResult,
     RunStarted,
 )
+from runs.units import duration_arg, parse_duration_s
 from store import RunRecorder, Store, open_store
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
@@ -90,13 +90,6 @@ def _percent(text: str) -> float:
     return value
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration_s(text)
-    except ProfileError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench",
@@ -124,10 +117,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0,
         help="with --concurrency: each level sends at least this many per client",
     )
-    lp.add_argument("--duration", type=_duration, default=None, help="per level, e.g. 30s")
+    lp.add_argument("--duration", type=duration_arg, default=None, help="per level, e.g. 30s")
     lp.add_argument("--warmup", default="0", help="warm-up per level: a count (8) or time (5s)")
-    lp.add_argument("--timeout", type=_duration, default=600.0, help="per-request limit")
-    lp.add_argument("--stall-timeout", type=_duration, default=60.0, help="max gap between bytes")
+    lp.add_argument("--timeout", type=duration_arg, default=600.0, help="per-request limit")
+    lp.add_argument(
+        "--stall-timeout", type=duration_arg, default=60.0, help="max gap between bytes"
+    )
     lp.add_argument("--slo", type=str, default=None, help="e.g. ttft=500ms,tpot=50ms")
     w = p.add_argument_group("workload")
     w.add_argument("--input-len", type=int, default=512, help="prompt tokens")

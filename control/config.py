@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from store import default_db_path
+
 
 class ConfigError(ValueError):
     """A configuration infer-top refuses to start with (the message says why)."""
@@ -32,16 +34,6 @@ def config_path() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "infer-top" / "config.toml"
-
-
-def data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "infer-top"
-
-
-def default_db_path() -> Path:
-    explicit = os.environ.get("INFER_TOP_DB")
-    return Path(explicit).expanduser() if explicit else data_dir() / "infer-top.db"
 
 
 @dataclass(frozen=True, slots=True)

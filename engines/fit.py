@@ -115,20 +115,6 @@ class FitEstimate:
     kv_bytes_per_token: int
     notes: tuple[str, ...] = ()
 
-    def versus_reported(self, reported_tokens: int | None) -> str:
-        """One line: our KV capacity estimate against the engine's own log."""
-        if reported_tokens is None:
-            return (
-                f"KV capacity: estimate {self.kv_capacity_tokens:,} tokens (engine reported none)"
-            )
-        if reported_tokens <= 0:
-            return f"KV capacity: estimate {self.kv_capacity_tokens:,} tokens, reported 0"
-        ratio = self.kv_capacity_tokens / reported_tokens
-        return (
-            f"KV capacity: estimate {self.kv_capacity_tokens:,} tokens, "
-            f"engine reported {reported_tokens:,} ({ratio:.0%} of reported)"
-        )
-
 
 def estimate_fit(
     shape: ModelShape,

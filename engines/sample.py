@@ -21,10 +21,6 @@ class HistogramSummary:
     sum_s: float
     buckets: tuple[tuple[float, float], ...] = ()
 
-    @property
-    def mean_s(self) -> float | None:
-        return self.sum_s / self.count if self.count > 0 else None
-
     def quantile_s(self, q: float) -> float | None:
         """Quantile by linear interpolation inside the bucket (Prometheus'
         ``histogram_quantile`` rule); None when there are no observations."""

@@ -22,7 +22,6 @@ from loadgen.profiles import (
     ProfileError,
     Slo,
     concurrency_sweep,
-    parse_duration_s,
     parse_slo,
 )
 from loadgen.runner import Target, run_load
@@ -74,7 +73,6 @@ __all__ = [
     "WorkloadError",
     "concurrency_sweep",
     "describe_run",
-    "parse_duration_s",
     "parse_slo",
     "plain",
     "read_jsonl",

@@ -73,7 +73,6 @@ class StreamState:
         "error_message",
         "finish_reason",
         "http_status",
-        "retried",
         "sent_perf",
         "server_decode_tok_s",
         "usage_completion_tokens",
@@ -92,7 +91,6 @@ class StreamState:
         self.http_status: int | None = None
         self.error_kind: ErrorKind | None = None
         self.error_message: str | None = None
-        self.retried = False
 
     def fail(self, kind: ErrorKind, message: str) -> None:
         self.error_kind = kind
@@ -281,7 +279,6 @@ class StreamClient:
                     # on a socket of its own before calling it a failure.
                     if self._fresh is None:
                         self._fresh = self._new_session(force_close=True)
-                    state.retried = True
                     state.chunk_perf.clear()
                     await self._attempt(self._fresh, url, body, headers, state)
         except _NoResponseByte as exc:

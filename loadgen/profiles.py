@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from runs.units import DurationError, parse_duration_s
 
 
 class ProfileError(ValueError):
@@ -147,18 +148,6 @@ def concurrency_sweep(values: Sequence[int]) -> tuple[Level, ...]:
     return tuple(ClosedLoop(v) for v in values)
 
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration_s(text: str) -> float:
-    """``500ms`` / ``30s`` / ``2m`` / ``1.5`` (seconds) -> seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ProfileError(f"not a duration: {text!r} (try 500ms, 30s, 2m)")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
-
-
 def parse_slo(text: str) -> Slo:
     """``ttft=500ms,tpot=50ms,e2e=10s`` -> :class:`Slo`."""
     values: dict[str, float] = {}
@@ -167,7 +156,10 @@ def parse_slo(text: str) -> Slo:
         key = key.strip().lower()
         if not sep or key not in {"ttft", "tpot", "e2e"}:
             raise ProfileError(f"bad SLO {part!r}: use ttft=, tpot= or e2e= with a duration")
-        values[f"{key}_s"] = parse_duration_s(value)
+        try:
+            values[f"{key}_s"] = parse_duration_s(value)
+        except DurationError as exc:
+            raise ProfileError(f"bad SLO {part!r}: {exc}") from None
     if not values:
         raise ProfileError("an SLO needs at least one of ttft, tpot, e2e")
     return Slo(**values)

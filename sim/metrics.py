@@ -93,7 +93,6 @@ class SimMetrics:
         self.generated_len = Histogram(TOKEN_BUCKETS)
         self.finished_by_reason: Counter[str] = Counter()
         self.requests_received = 0
-        self.requests_failed = 0
         # Counters that, as in llama.cpp, move only when a request ends.
         self.ended_prompt_tokens = 0
         self.ended_cached_tokens = 0
@@ -125,7 +124,6 @@ class SimMetrics:
     def observe_end(self, trace: RequestTrace, finish_reason: str, prefill_tok_s: float) -> None:
         """Account one request that left the engine (finished, failed or aborted)."""
         if trace.outcome is not Outcome.OK:
-            self.requests_failed += 1
             self.finished_by_reason["abort"] += 1
             return
         self.finished_by_reason[finish_reason] += 1

@@ -90,7 +90,6 @@ class RequestTrace:
 @dataclass(slots=True)
 class _Seq:
     arrival: Arrival
-    admit_order: int = 0
     slot: int = -1
     generated: int = 0
     blocks: int = 0
@@ -156,7 +155,6 @@ class Scheduler:
         self._free_blocks = profile.kv_blocks
         self._free_slots = list(range(profile.max_num_seqs))
         self._cache: OrderedDict[int, None] = OrderedDict()
-        self._admitted = 0
 
     # ---- queries -------------------------------------------------------
     def has_work(self) -> bool:
@@ -370,8 +368,6 @@ class Scheduler:
             seq.blocks, seq.shared_blocks = need, hit_blocks
             seq.prefill_pending = True
             seq.slot = self._free_slots.pop(0)
-            seq.admit_order = self._admitted
-            self._admitted += 1
             self._running.append(seq)
         return prefill_tokens
 

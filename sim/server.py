@@ -82,7 +82,6 @@ class SimServer:
         self._live: dict[str, _Live] = {}
         self._ended: deque[RequestTrace] = deque()
         self._ended_tokens = 0
-        self.dropped_traces = 0
         """Oldest traces let go to keep memory bounded (see GROUND_TRUTH_TOKEN_LIMIT)."""
         self._notes: dict[str, str] = {}
         self._count = 0
@@ -188,7 +187,6 @@ class SimServer:
         while self._ended_tokens > GROUND_TRUTH_TOKEN_LIMIT and len(self._ended) > 1:
             old = self._ended.popleft()
             self._ended_tokens -= old.output_tokens + 1
-            self.dropped_traces += 1
         reason = live.plan.finish_reason if live is not None else "abort"
         self.metrics.observe_end(trace, reason, self.profile.prefill_tok_s)
         if live is not None:
@@ -238,7 +236,6 @@ class SimServer:
         fate = faults_for(self.faults, self.seed, index, plan.tokens)
         self.metrics.requests_received += 1
         if fate.error:
-            self.metrics.requests_failed += 1
             return self._json_error("simulated engine error (fault injection)", 500)
         tokens = req.prompt_tokens
         arrival = Arrival(

@@ -7,9 +7,7 @@ one SQLite file (sqlite-utils), written by one thread, read off the TUI's loop.
         st.add_request(record); st.add_level(run_id, summary); st.finish_run(run_id)
 """
 
-from store.aio import AsyncStore
 from store.errors import RunNotFoundError, StoreError, StoreVersionError, StoreWriteError
-from store.fleet import DeploymentInfo, EventInfo, GpuPoint, NodeInfo
 from store.maintenance import PruneResult
 from store.models import (
     Comparison,
@@ -24,14 +22,9 @@ from store.store import Store, default_db_path, open_store
 
 __all__ = [
     "SCHEMA_VERSION",
-    "AsyncStore",
     "Comparison",
     "ComparisonRow",
-    "DeploymentInfo",
-    "EventInfo",
-    "GpuPoint",
     "LevelRow",
-    "NodeInfo",
     "PruneResult",
     "Regression",
     "RunInfo",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import re
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -15,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runs.units import duration_arg
 from store.errors import StoreError
 from store.export import (
     comparison_to_csv,
@@ -24,18 +24,6 @@ from store.export import (
 )
 from store.models import Comparison, RunInfo
 from store.store import Store, default_db_path, open_store
-
-_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration_s(text: str) -> float:
-    """ "90s", "30m", "12h", "7d", "2w" (or plain seconds) -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; write e.g. 90s, 30m, 12h, 7d or 2w"
-        )
-    return float(m.group(1)) * _UNITS_S[m.group(2) or "s"]
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -81,14 +69,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     rs.add_parser("vacuum", help="compact the store file (VACUUM)")
 
-    pr = rs.add_parser("prune", help="fold old telemetry outside runs into per-minute history")
-    pr.add_argument("--older-than", type=parse_duration_s, default=parse_duration_s("7d"))
-    pr.add_argument(
-        "--history-older-than",
-        type=parse_duration_s,
-        default=None,
-        help="also delete per-minute history older than this",
-    )
+    pr = rs.add_parser("prune", help="delete old telemetry taken outside runs")
+    pr.add_argument("--older-than", type=duration_arg, default="7d")
 
 
 def _when(ts: float | None) -> str:
@@ -248,11 +230,10 @@ def run(args: argparse.Namespace) -> int:
                 before, after = st.vacuum()
                 console.print(escape(f"vacuumed {st.path}: {before:,} -> {after:,} bytes"))
             elif cmd == "prune":
-                res = st.prune_telemetry(args.older_than, args.history_older_than)
+                res = st.prune_telemetry(args.older_than)
                 console.print(
                     f"pruned {res.gpu_samples_deleted:,} GPU and {res.engine_samples_deleted:,} "
-                    f"engine samples outside runs ({res.history_rows_written:,} per-minute "
-                    f"history rows written, {res.history_rows_deleted:,} deleted)"
+                    "engine samples outside runs"
                 )
     except StoreError as exc:
         err.print(escape(f"infer-top runs: {exc}"))

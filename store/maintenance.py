@@ -12,15 +12,11 @@ from dataclasses import dataclass
 
 from store import owner
 
-HISTORY_BUCKET_S = 60.0
-
 
 @dataclass(frozen=True, slots=True)
 class PruneResult:
     gpu_samples_deleted: int
     engine_samples_deleted: int
-    history_rows_written: int
-    history_rows_deleted: int
 
 
 def delete_run(conn: sqlite3.Connection, run_id: str) -> int:
@@ -75,55 +71,24 @@ _OUTSIDE_RUNS = """
 """
 
 
-def prune_telemetry(
-    conn: sqlite3.Connection,
-    cutoff: float,
-    now: float,
-    history_cutoff: float | None = None,
-) -> PruneResult:
-    """Fold per-second samples older than ``cutoff`` taken outside runs into
-    per-minute history, then delete them; history older than
-    ``history_cutoff`` is deleted too."""
-    params = {"cutoff": cutoff, "now": now, "bucket": HISTORY_BUCKET_S}
-    gpu_where = _OUTSIDE_RUNS.format(t="gpu_samples")
+def prune_telemetry(conn: sqlite3.Connection, cutoff: float, now: float) -> PruneResult:
+    """Delete the per-second samples older than ``cutoff`` taken outside runs."""
+    params = {"cutoff": cutoff, "now": now}
     conn.execute("BEGIN IMMEDIATE")
     try:
-        written = conn.execute(
-            f"""
-            INSERT INTO gpu_history (node, gpu_index, bucket_ts, samples, util_pct_mean,
-                power_w_mean, energy_j_last, mem_used_bytes_max, temp_c_max)
-            SELECT node, gpu_index, CAST(ts / :bucket AS INTEGER) * :bucket AS b, count(*),
-                   avg(util_pct), avg(power_w), max(energy_j), max(mem_used_bytes), max(temp_c)
-            FROM gpu_samples WHERE {gpu_where}
-            GROUP BY node, gpu_index, b
-            ON CONFLICT (node, gpu_index, bucket_ts) DO UPDATE SET
-              util_pct_mean = (util_pct_mean * samples + excluded.util_pct_mean
-                               * excluded.samples) / (samples + excluded.samples),
-              power_w_mean = (power_w_mean * samples + excluded.power_w_mean
-                              * excluded.samples) / (samples + excluded.samples),
-              samples = samples + excluded.samples,
-              energy_j_last = max(energy_j_last, excluded.energy_j_last),
-              mem_used_bytes_max = max(mem_used_bytes_max, excluded.mem_used_bytes_max),
-              temp_c_max = max(temp_c_max, excluded.temp_c_max)
-            """,
-            params,
+        gpu_deleted = conn.execute(
+            "DELETE FROM gpu_samples WHERE " + _OUTSIDE_RUNS.format(t="gpu_samples"), params
         ).rowcount
-        gpu_deleted = conn.execute(f"DELETE FROM gpu_samples WHERE {gpu_where}", params).rowcount
         engine_deleted = conn.execute(
             "DELETE FROM engine_samples WHERE " + _OUTSIDE_RUNS.format(t="engine_samples"),
             params,
         ).rowcount
-        history_deleted = 0
-        if history_cutoff is not None:
-            history_deleted = conn.execute(
-                "DELETE FROM gpu_history WHERE bucket_ts < ?", (history_cutoff,)
-            ).rowcount
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return PruneResult(gpu_deleted, engine_deleted, written, history_deleted)
+    return PruneResult(gpu_deleted, engine_deleted)
 
 
 def vacuum(conn: sqlite3.Connection) -> tuple[int, int]:

@@ -2,8 +2,9 @@
 
 Writes are enqueued to one writer thread (see ``store.writer``), so calling
 ``add_request`` from the TUI's event loop costs microseconds.  Reads use a
-separate read connection (WAL lets them run while the writer commits); call
-them through ``AsyncStore`` from an event loop so they run off it.
+separate read connection (WAL lets them run while the writer commits); from
+an event loop, call them in a worker thread (``asyncio.to_thread``, as the TUI
+does) so a slow query never stalls it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ log = logging.getLogger(__name__)
 
 MEMORY = ":memory:"
 DEFAULT_TELEMETRY_RETENTION_S = 7 * 86400.0
-DEFAULT_HISTORY_RETENTION_S = 365 * 86400.0
 RETENTION_CHECK_S = 3600.0
 
 
@@ -62,14 +62,12 @@ class Store(FleetMixin):
         max_db_bytes: int | None = None,
         on_error: Callable[[StoreWriteError], None] | None = None,
         telemetry_retention_s: float | None = DEFAULT_TELEMETRY_RETENTION_S,
-        history_retention_s: float | None = DEFAULT_HISTORY_RETENTION_S,
     ) -> None:
         """``telemetry_retention_s``: per-second samples taken outside runs are
-        folded into per-minute history once older than this (checked hourly
-        while telemetry comes in; None keeps them all); per-minute history is
-        deleted after ``history_retention_s`` (None keeps it)."""
+        deleted once older than this (checked hourly while telemetry comes in;
+        None keeps them all).  Samples inside runs stay: energy comes from them."""
         self.path = path
-        self._retention = (telemetry_retention_s, history_retention_s)
+        self._retention_s = telemetry_retention_s
         self._next_prune = 0.0
         self.memory = str(path) == MEMORY
         if not self.memory:
@@ -222,30 +220,22 @@ class Store(FleetMixin):
         full = self._read(queries.resolve_run_id, run_id)
         return int(self._writer.call(lambda c: maintenance.delete_run(c, full)).result())
 
-    def prune_telemetry(
-        self, older_than_s: float, history_older_than_s: float | None = None
-    ) -> maintenance.PruneResult:
-        """Retention: per-second samples outside runs older than ``older_than_s``
-        become per-minute history; history older than ``history_older_than_s``
-        (if given) is deleted."""
-        result: maintenance.PruneResult = self._prune(older_than_s, history_older_than_s).result()
+    def prune_telemetry(self, older_than_s: float) -> maintenance.PruneResult:
+        """Retention: delete per-second samples outside runs older than ``older_than_s``."""
+        result: maintenance.PruneResult = self._prune(older_than_s).result()
         return result
 
-    def _prune(self, older_than_s: float, history_older_than_s: float | None) -> Future[Any]:
+    def _prune(self, older_than_s: float) -> Future[Any]:
         now = time.time()
-        history = None if history_older_than_s is None else now - history_older_than_s
-        return self._writer.call(
-            lambda c: maintenance.prune_telemetry(c, now - older_than_s, now, history)
-        )
+        return self._writer.call(lambda c: maintenance.prune_telemetry(c, now - older_than_s, now))
 
     def _maybe_prune(self) -> None:
         """The configured retention, at most hourly, without waiting for it."""
-        telemetry_s, history_s = self._retention
         now = time.monotonic()
-        if telemetry_s is None or now < self._next_prune:
+        if self._retention_s is None or now < self._next_prune:
             return
         self._next_prune = now + RETENTION_CHECK_S
-        self._prune(telemetry_s, history_s).add_done_callback(_log_failure)
+        self._prune(self._retention_s).add_done_callback(_log_failure)
 
     def vacuum(self) -> tuple[int, int]:
         """VACUUM the file; returns (bytes before, bytes after)."""
@@ -258,7 +248,7 @@ class Store(FleetMixin):
         pages = 4_294_967_294 if max_db_bytes is None else max(1, max_db_bytes // self._page_size)
         self._writer.call(lambda c: c.execute(f"PRAGMA max_page_count = {int(pages)}")).result()
 
-    # --- reads (read connection; call through AsyncStore from a loop) -----
+    # --- reads (read connection; from a loop, call in a worker thread) -----
 
     def _read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         with self._read_lock:
@@ -313,11 +303,6 @@ class Store(FleetMixin):
             ).fetchone()
         )
         return int(row[0])
-
-    def integrity_check(self) -> str:
-        """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
-        rows = self._read(lambda c: c.execute("PRAGMA integrity_check").fetchall())
-        return "\n".join(str(r[0]) for r in rows)
 
 
 def _log_failure(future: Future[Any]) -> None:

@@ -1,14 +1,17 @@
 """A plain (non-editable) ``pip install .`` gives working CLIs and finds the
-Compose files from any directory."""
+Compose files and the replayed H200 recording from any directory."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The installed copy must answer, not a source tree a PYTHONPATH points at.
+INSTALLED_ONLY = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
 def test_pip_install_into_fresh_venv(tmp_path: Path) -> None:
@@ -20,6 +23,7 @@ def test_pip_install_into_fresh_venv(tmp_path: Path) -> None:
         check=True,
         timeout=600,
         capture_output=True,
+        env=INSTALLED_ONLY,
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -30,18 +34,24 @@ def test_pip_install_into_fresh_venv(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             check=True,
+            env=INSTALLED_ONLY,
         ).stdout
         assert f"usage: {cli}" in help_out
-    found = subprocess.run(
-        [
-            str(py),
-            "-c",
-            "import compose,sys; p=compose.compose_file('llama-server-cpu'); "
-            "print(p); sys.exit(0 if p.is_file() and 'site-packages' in str(p) else 1)",
-        ],
-        cwd=elsewhere,
-        capture_output=True,
-        text=True,
-    )
-    assert found.returncode == 0, found.stdout + found.stderr
-    assert sys.prefix not in found.stdout
+    for lookup in (
+        "import compose; p = compose.compose_file('llama-server-cpu')",
+        "from agents.config import bundled_trace; p = bundled_trace()",
+    ):
+        found = subprocess.run(
+            [
+                str(py),
+                "-c",
+                f"import sys; {lookup}; "
+                "print(p); sys.exit(0 if p.is_file() and 'site-packages' in str(p) else 1)",
+            ],
+            cwd=elsewhere,
+            capture_output=True,
+            text=True,
+            env=INSTALLED_ONLY,
+        )
+        assert found.returncode == 0, found.stdout + found.stderr
+        assert sys.prefix not in found.stdout

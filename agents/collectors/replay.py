@@ -3,7 +3,7 @@
 It stands in for the NVML library and nothing else: :class:`NvmlCollector`
 runs unchanged on top of it, so replayed frames go through the same wrapper,
 unit conversions and NotSupported handling as a real H200.  The recording
-(``agents/data/h200-trace.json``, a copy of ``tests/fixtures/nvml/``) holds a
+(``agents/data/h200-trace.json``, shipped for the demo; the tests read it too) holds a
 10 Hz series through idle, allocation, a power-capped matmul, copies and
 release.  Several replayed GPUs play the same series shifted in time.
 """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import subprocess
 import sys
@@ -14,14 +13,10 @@ import pytest
 
 from agents.cli import build_parser, config_from_args, main
 from agents.client import AgentClient, AgentError
+from tests.ports import free_port
+from tests.waiting import apoll_until
 
 TOKEN = "cli-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_help_explains_security_and_examples(capsys: pytest.CaptureFixture[str]) -> None:
@@ -118,13 +113,14 @@ async def test_agent_process_serves_tls_with_the_token(
     url = f"https://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(100):
-                try:
-                    async with http.get(url + "/healthz", ssl=ctx) as resp:
-                        assert resp.status == 200
-                        break
-                except aiohttp.ClientConnectorError:
-                    await asyncio.sleep(0.1)
+
+            async def healthy() -> bool:
+                async with http.get(url + "/healthz", ssl=ctx) as resp:
+                    return resp.status == 200
+
+            await apoll_until(
+                healthy, "the agent to listen", ignoring=(aiohttp.ClientConnectorError,)
+            )
             async with AgentClient(url, TOKEN, http, ssl_context=ctx) as client:
                 frame = await client.snapshot()
                 assert frame.node == "clinode" and frame.gpus[0].name == "NVIDIA H200"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -25,19 +24,20 @@ class StepClock:
 
 
 @pytest.fixture
-def trace(fixtures_dir: Path) -> dict:
-    return json.loads((fixtures_dir / "nvml" / "h200-trace.json").read_text())
+def trace() -> dict:
+    """The recording the installed agent replays (one copy, shipped in the package)."""
+    return json.loads(bundled_trace().read_text())
 
 
-def replay(fixtures_dir: Path, gpus: int = 1) -> tuple[NvmlCollector, ReplayNvml, StepClock]:
+def replay(gpus: int = 1) -> tuple[NvmlCollector, ReplayNvml, StepClock]:
     clock = StepClock()
-    fake = ReplayNvml(fixtures_dir / "nvml" / "h200-trace.json", gpus=gpus, clock=clock)
+    fake = ReplayNvml(bundled_trace(), gpus=gpus, clock=clock)
     collector = NvmlCollector(fake, simulated=True)
     return collector, fake, clock
 
 
-def test_every_recorded_sample_becomes_a_matching_frame(fixtures_dir: Path, trace: dict) -> None:
-    collector, fake, clock = replay(fixtures_dir)
+def test_every_recorded_sample_becomes_a_matching_frame(trace: dict) -> None:
+    collector, fake, clock = replay()
     infos = collector.open()
     assert infos[0].name == "NVIDIA H200"
     assert infos[0].mem_total_bytes == trace["static"]["memory_info"]["total"]
@@ -56,8 +56,8 @@ def test_every_recorded_sample_becomes_a_matching_frame(fixtures_dir: Path, trac
         assert gpu.throttle_reasons == rec["throttle"]
 
 
-def test_power_capped_phase_sets_throttle_bit_4(fixtures_dir: Path, trace: dict) -> None:
-    collector, fake, clock = replay(fixtures_dir)
+def test_power_capped_phase_sets_throttle_bit_4(trace: dict) -> None:
+    collector, fake, clock = replay()
     collector.open()
     capped = idle_capped = 0
     matmul = 0
@@ -76,8 +76,8 @@ def test_power_capped_phase_sets_throttle_bit_4(fixtures_dir: Path, trace: dict)
     assert idle_capped == 0
 
 
-def test_unsupported_calls_are_disabled_at_start_and_read_as_none(fixtures_dir: Path) -> None:
-    collector, _, _ = replay(fixtures_dir)
+def test_unsupported_calls_are_disabled_at_start_and_read_as_none() -> None:
+    collector, _, _ = replay()
     collector.open()
     # The H200 answers NotSupported for the fan: found once, never asked again.
     assert ("nvmlDeviceGetFanSpeed", 0) in collector.query.disabled
@@ -86,16 +86,16 @@ def test_unsupported_calls_are_disabled_at_start_and_read_as_none(fixtures_dir: 
     assert gpu.power_w is not None
 
 
-def test_pcie_is_read_off_the_hot_path_in_bytes(fixtures_dir: Path, trace: dict) -> None:
-    collector, _, _ = replay(fixtures_dir)
+def test_pcie_is_read_off_the_hot_path_in_bytes(trace: dict) -> None:
+    collector, _, _ = replay()
     collector.open()
     (gpu,) = collector.sample()
     assert gpu.pcie_tx_bytes_s == trace["static"]["pcie_tx_kbs"] * 1024
     assert gpu.pcie_rx_bytes_s == trace["static"]["pcie_rx_kbs"] * 1024
 
 
-def test_energy_counter_keeps_rising_when_the_replay_loops(fixtures_dir: Path) -> None:
-    collector, fake, clock = replay(fixtures_dir, gpus=2)
+def test_energy_counter_keeps_rising_when_the_replay_loops() -> None:
+    collector, fake, clock = replay(gpus=2)
     collector.open()
     last = [0.0, 0.0]
     for step in range(0, 3 * len(fake.trace), 7):
@@ -105,14 +105,10 @@ def test_energy_counter_keeps_rising_when_the_replay_loops(fixtures_dir: Path) -
             last[gpu.index] = gpu.energy_j
 
 
-def test_replayed_gpus_are_distinct_devices(fixtures_dir: Path) -> None:
-    collector, _, _ = replay(fixtures_dir, gpus=8)
+def test_replayed_gpus_are_distinct_devices() -> None:
+    collector, _, _ = replay(gpus=8)
     infos = collector.open()
     assert len({i.uuid for i in infos}) == 8
-
-
-def test_bundled_trace_is_the_fixture(fixtures_dir: Path) -> None:
-    assert bundled_trace().read_bytes() == (fixtures_dir / "nvml" / "h200-trace.json").read_bytes()
 
 
 @pytest.mark.gpu

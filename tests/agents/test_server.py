@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.security import PUBLIC_ROUTES, AuditLog
 from agents.server import create_app
+from tests.ports import free_port
+from tests.waiting import apoll_until
 
 from .conftest import TOKEN
 
@@ -92,7 +93,11 @@ async def test_stream_is_sequenced_and_resumes_after_the_last_seq(agent: tuple) 
         if len(seen) == 3:
             break
     assert seen == sorted(seen) and len(set(seen)) == 3
-    await asyncio.sleep(0.7)  # frames the client missed while away
+
+    async def missed_three() -> bool:  # frames the client missed while away
+        return (await client.snapshot()).seq >= seen[-1] + 3
+
+    await apoll_until(missed_three, "three frames sent while the client was away")
     resumed = []
     async for frame in client.stream(since_seq=seen[-1]):
         resumed.append(frame.seq)
@@ -205,9 +210,7 @@ async def test_stream_reconnects_across_an_agent_restart(
     the new run's frames (seq from 1 again, new boot_id) are delivered, none twice."""
     from aiohttp import web
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
 
     async def serve() -> web.AppRunner:
         runner = web.AppRunner(create_app(make_config()), shutdown_timeout=2.0)

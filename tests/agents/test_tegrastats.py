@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from agents.collectors.jetson import MIB, parse_tegrastats, reading_to_gpu
+from tests.waiting import poll_until
 
 
 @pytest.fixture
@@ -71,7 +72,6 @@ def test_collector_reads_a_running_tegrastats(tmp_path: Path, lines: list[str]) 
     """The collector's process handling, with a stand-in for the board's tegrastats
     binary (no Jetson here) that prints the recorded JetPack 7 line."""
     import sys
-    import time
 
     from agents.collectors.jetson import TegrastatsCollector
 
@@ -83,17 +83,15 @@ def test_collector_reads_a_running_tegrastats(tmp_path: Path, lines: list[str]) 
         "assert sys.argv[1:3] == ['--interval', '200'], sys.argv\n"
         "while True:\n"
         "    print(line, flush=True)\n"
-        "    time.sleep(0.2)\n"
+        "    time.sleep(0.2)\n"  # the real tool's interval: the behaviour faked
     )
     fake.chmod(0o755)
     collector = TegrastatsCollector(interval_s=0.2, binary=str(fake))
     collector.open()
     try:
-        for _ in range(100):
-            (gpu,) = collector.sample()
-            if gpu.util_pct is not None:
-                break
-            time.sleep(0.05)
+        (gpu,) = poll_until(
+            lambda: [g for g in collector.sample() if g.util_pct is not None], "a first reading"
+        )
         assert gpu.util_pct == 12 and gpu.mem_total_bytes == 62817 * MIB
         assert collector.rails_w()["VDD_GPU_SOC"] == pytest.approx(5.139)
         assert collector.unified_memory

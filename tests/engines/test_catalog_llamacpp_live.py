@@ -8,9 +8,7 @@ the rest deferred, and generation progress that grows while streams are open
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import aiohttp
@@ -27,6 +25,8 @@ from engines.catalog import (
 )
 from engines.sample import EngineSample
 from tests.conftest import Rig
+from tests.ports import free_port
+from tests.waiting import apoll_until
 
 pytestmark = pytest.mark.docker
 
@@ -35,26 +35,19 @@ STREAMS = 5
 MAX_TOKENS = 6000  # the tiny model decodes ~1000 tok/s: streams must outlast the scrapes
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def wait_ready(session: aiohttp.ClientSession, base: str, timeout_s: float = 90) -> None:
     spec = get_spec("llamacpp")
-    deadline = time.monotonic() + timeout_s
-    health = Health.DEAD
-    while time.monotonic() < deadline:
+
+    async def health() -> Health:
         try:
             async with session.get(base + spec.health_path) as r:
-                health = spec.classify_health(r.status, await r.read())
+                return spec.classify_health(r.status, await r.read())
         except aiohttp.ClientConnectionError:
-            health = spec.classify_health(None, None)
-        if health is Health.READY:
-            return
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"llama-server not ready after {timeout_s}s (last: {health})")
+            return spec.classify_health(None, None)
+
+    await apoll_until(
+        health, "llama-server to be ready", done=lambda h: h is Health.READY, timeout_s=timeout_s
+    )
 
 
 async def scrape(session: aiohttp.ClientSession, base: str) -> EngineSample:
@@ -116,15 +109,23 @@ async def test_running_waiting_and_live_progress_under_more_streams_than_slots(
         tasks = [asyncio.create_task(stream(session, base, i)) for i in range(STREAMS)]
         # All five requests reach the server within moments, but not at once:
         # look until the load has fully arrived (or give up), streams still open.
-        deadline = time.monotonic() + 30
-        first = await scrape(session, base)
-        while (first.requests_running, first.requests_waiting) != (SLOTS, STREAMS - SLOTS):
-            if time.monotonic() > deadline or any(t.done() for t in tasks):
-                break
-            await asyncio.sleep(0.1)
-            first = await scrape(session, base)
-        await asyncio.sleep(0.5)
-        second = await scrape(session, base)
+        # A stream that ends stops the wait too: the assertions below say why.
+        first = await apoll_until(
+            lambda: scrape(session, base),
+            "every stream to reach the server",
+            done=lambda s: (
+                (s.requests_running, s.requests_waiting) == (SLOTS, STREAMS - SLOTS)
+                or any(t.done() for t in tasks)
+            ),
+        )
+        second = await apoll_until(
+            lambda: scrape(session, base),
+            "generation in flight to move on",
+            done=lambda s: (
+                (s.generation_tokens_in_flight or 0) > (first.generation_tokens_in_flight or 0)
+                or any(t.done() for t in tasks)
+            ),
+        )
         finished_early = sum(t.done() for t in tasks)
 
         assert finished_early == 0, "streams ended before the scrapes: raise MAX_TOKENS"

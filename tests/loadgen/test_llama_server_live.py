@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import subprocess
-import time
 from pathlib import Path
 
 import aiohttp
@@ -19,7 +18,8 @@ import pytest
 from compose import compose_file
 from loadgen import LoadSpec, MemorySink, Target, Workload, concurrency_sweep, run_load
 from tests.conftest import Rig
-from tests.rig.test_llama_server_compose import free_port
+from tests.ports import free_port
+from tests.waiting import apoll_until
 
 pytestmark = pytest.mark.docker
 
@@ -28,18 +28,19 @@ pytestmark = pytest.mark.docker
 OUTPUT_LEN = 96
 
 
-async def _wait_health(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
+async def _wait_health(url: str) -> None:
     async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url + "/health") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.3)
-    raise AssertionError(f"llama-server at {url} not healthy after {timeout_s}s")
+
+        async def healthy() -> bool:
+            async with session.get(url + "/health") as resp:
+                return resp.status == 200
+
+        await apoll_until(
+            healthy,
+            f"llama-server at {url} to be healthy",
+            timeout_s=60,
+            ignoring=(aiohttp.ClientError,),
+        )
 
 
 async def _counter(url: str, name: str) -> float:
@@ -74,13 +75,15 @@ async def test_sweep_1_to_8_agrees_with_llama_server_counters(
     workload = Workload(input_len=32, output_len=OUTPUT_LEN, seed=5)
     result = await run_load(spec, workload, target, sink)
     ours = sum(s.total_output_tokens for s in result.levels)
+
     # llama.cpp adds a request's tokens to its counter as the slot is released,
     # a moment after the last byte of the answer: give it that moment.
-    deadline = time.monotonic() + 5.0
-    while (after := await _counter(url, "llamacpp:tokens_predicted_total")) - before < ours:
-        if time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
+    after = await apoll_until(
+        lambda: _counter(url, "llamacpp:tokens_predicted_total"),
+        f"the server to count our {ours} tokens",
+        done=lambda after: after - before >= ours,
+        timeout_s=5,
+    )
 
     assert [s.concurrency for s in result.levels] == [1, 2, 4, 8]
     for s in result.levels:

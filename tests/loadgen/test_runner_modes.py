@@ -34,6 +34,7 @@ from loadgen import (
 )
 from loadgen.stats import quantile
 from runs.records import RequestRecord
+from tests.waiting import apoll_until
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 
@@ -41,6 +42,10 @@ FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 async def test_open_loop_sends_on_schedule_at_the_offered_rate(
     sched_server: Callable[..., Any],
 ) -> None:
+    """The plan is exact; what was sent can only trail it on a busy machine.  The
+    achieved-rate bounds separate mistakes from that noise: a runner that does not
+    pace sends all 40 within milliseconds (thousands per second), while leaving
+    10-160/s would take the loop stalling for seconds of a 1 s plan."""
     server = sched_server(*FAST)
     sink = MemorySink()
     level = OpenLoop(40.0, Arrival.CONSTANT)
@@ -53,7 +58,7 @@ async def test_open_loop_sends_on_schedule_at_the_offered_rate(
     scheduled = sorted(r.scheduled_at for r in sink.records)
     gaps = [b - a for a, b in pairwise(scheduled)]
     assert all(abs(g - 0.025) < 1e-6 for g in gaps)  # the plan itself is exact
-    assert abs(s.achieved_rate - 40.0) / 40.0 < 0.5  # sends may lag on a busy machine
+    assert 10.0 < s.achieved_rate < 160.0
     assert all(r.sent_at >= r.scheduled_at for r in sink.records)
     assert s.ttft_from_schedule_s.p50 is not None and s.ttft_s.p50 is not None
     assert s.ttft_from_schedule_s.p50 >= s.ttft_s.p50
@@ -240,7 +245,9 @@ async def test_cancelling_a_run_records_every_request_in_flight_as_cut(
             spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink, events.append
         )
     )
-    await asyncio.sleep(1.5)  # ~1 s per answer: some finished, five in flight
+    # Closed loop: each worker sends its next request in the same step that
+    # records the last one, so once one answer is in, five are in flight.
+    await apoll_until(lambda: any(r.ok for r in sink.records), "a first answer", timeout_s=60)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -248,6 +255,7 @@ async def test_cancelling_a_run_records_every_request_in_flight_as_cut(
     assert len(cut) == 5 and all(r.error_kind is None for r in cut)
     assert any(r.ok and not r.incomplete for r in sink.records)
     before = len(sink.records)
+    # A window in which nothing may happen: waiting on an event cannot show an absence.
     await asyncio.sleep(0.5)
     assert len(sink.records) == before  # no request outlived the run
 
@@ -257,12 +265,13 @@ async def test_warmup_by_time_leaves_out_what_was_sent_in_the_first_seconds(
 ) -> None:
     server = sched_server("--ttft-ms", "20", "--ttft-spread-ms", "0", "--itl-ms", "10")
     sink = MemorySink()
-    spec = LoadSpec((ClosedLoop(1),), requests_per_level=3, warmup_s=0.25)
+    spec = LoadSpec((ClosedLoop(1),), requests_per_level=3, warmup_s=1.0)
     result = await run_load(
         spec, Workload(input_len=8, output_len=4), Target(server.url, "m"), sink
     )
     warm = [r for r in sink.records if r.warmup]
-    assert len(warm) >= 2 and result.levels[0].completed == 3  # ~50 ms each
+    # ~50 ms each, so ~20 in the warm-up: fewer than 2 only if one took half a second.
+    assert len(warm) >= 2 and result.levels[0].completed == 3
     assert max(r.sent_at for r in warm) < min(r.sent_at for r in sink.records if not r.warmup)
 
 

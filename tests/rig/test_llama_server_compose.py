@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,37 +14,43 @@ import pytest
 
 from compose import LABEL_DEPLOYMENT, compose_file
 from tests.conftest import Rig
+from tests.ports import free_port
+from tests.waiting import poll_until
 
 pytestmark = pytest.mark.docker
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def project_containers(project: str, *, stopped_too: bool = False) -> list[str]:
+    return subprocess.run(
+        ["docker", "ps", "-aq" if stopped_too else "-q",
+         "--filter", f"label=com.docker.compose.project={project}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()  # fmt: skip
+
+
+def health_status(project: str) -> str:
+    """Docker's health status of the project's first container ("" while there is none)."""
+    ids = project_containers(project)
+    if not ids:
+        return ""
+    return subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Health.Status}}", ids[0]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def wait_healthy(project: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    status = "?"
-    while time.monotonic() < deadline:
-        ids = subprocess.run(
-            ["docker", "ps", "-q", "--filter", f"label=com.docker.compose.project={project}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        if ids:
-            status = subprocess.run(
-                ["docker", "inspect", "-f", "{{.State.Health.Status}}", ids[0]],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-            if status == "healthy":
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"{project} not healthy after {timeout_s}s (last status {status!r})")
+    poll_until(
+        lambda: health_status(project),
+        f"{project} to be healthy",
+        done=lambda status: status == "healthy",
+        timeout_s=timeout_s,
+        every_s=0.5,
+    )
 
 
 async def stream_chat(port: int) -> list[dict[str, Any]]:
@@ -121,10 +125,5 @@ def test_stream_chat_with_usage_then_teardown(
     assert labels == [f"e2e-{compose_project}"]
 
     subprocess.run([*cmd, "down", "-v", "-t", "2"], check=True, capture_output=True, timeout=120)
-    left = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={compose_project}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    left = project_containers(compose_project, stopped_too=True)
     assert left == [], f"containers left behind: {left}"

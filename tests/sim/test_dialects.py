@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sim import list_profiles, load_profile
 from tests.sim.conftest import StartSim
+from tests.waiting import apoll_until
 
 CHAT = [{"role": "user", "content": "Say something."}]
 
@@ -93,14 +94,20 @@ async def test_llamacpp_slots_show_live_progress(sim_factory: StartSim) -> None:
     sim = await sim_factory(profile_for("llamacpp"), time_scale=0.5)
     async with aiohttp.ClientSession() as s:
         task = asyncio.ensure_future(chat(s, sim.url, max_tokens=60))
-        busy: list[dict] = []
-        for _ in range(200):
-            await asyncio.sleep(0.02)
+
+        async def get_slots() -> list[dict]:
             async with s.get(sim.url + "/slots") as r:
-                slots = await r.json()
-            busy = [x for x in slots if x["is_processing"]]
-            if busy and busy[0]["next_token"][0]["n_decoded"] > 0:
-                break
+                return list(await r.json())
+
+        slots = await apoll_until(
+            get_slots,
+            "a slot to show decoded tokens",
+            done=lambda slots: any(
+                x["is_processing"] and x["next_token"][0]["n_decoded"] > 0 for x in slots
+            ),
+            every_s=0.02,
+        )
+        busy = [x for x in slots if x["is_processing"]]
         async with s.get(sim.url + "/metrics") as r:
             live_metrics = await r.text()
         await task

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engines.catalog import get_spec
 from sim import is_simulated, load_profile, server
 from tests.sim.conftest import StartSim
+from tests.waiting import apoll_until
 
 VLLM = "h100-llama2-7b-vllm"
 
@@ -110,10 +111,7 @@ async def test_client_going_away_frees_its_sequence(sim_factory: StartSim) -> No
             for _ in range(3):
                 await r.content.readline()
             r.close()  # hang up mid-stream
-        for _ in range(100):
-            if sim.ground_truth():
-                break
-            await asyncio.sleep(0.05)
+        await apoll_until(sim.ground_truth, "the aborted request's trace")
         async with s.get(sim.url + "/metrics") as r:
             metrics = values(await r.text())
     [trace] = sim.ground_truth()
@@ -135,7 +133,15 @@ async def test_request_deferred_past_the_timeout_fails_with_503(sim_factory: Sta
                 return r.status, await r.json()
 
         first = asyncio.ensure_future(post(long))
-        await asyncio.sleep(0.02)
+
+        async def running() -> float:
+            async with s.get(sim.url + "/metrics") as r:
+                return values(await r.text()).get("llamacpp:requests_processing", 0.0)
+
+        # The second must arrive while the first holds the only sequence.
+        await apoll_until(
+            running, "the first request to run", done=lambda n: n == 1 or first.done()
+        )
         status, answer = await post({**long, "max_tokens": 5})
         assert (await first)[0] == 200
     assert status == 503 and "queue timeout" in answer["error"]["message"]
@@ -155,4 +161,3 @@ async def test_ground_truth_memory_is_bounded(
                 assert r.status == 200
     kept = sim.ground_truth()
     assert [t.request_id[-1] for t in kept] == ["3", "4"]  # 2 × (9 + 1) <= 25
-    assert sim.server.dropped_traces == 3

@@ -11,6 +11,7 @@ import pytest
 
 from sim import FaultConfig, Outcome
 from tests.sim.conftest import StartSim
+from tests.waiting import apoll_until
 
 CHAT = [{"role": "user", "content": "Tell me a long story."}]
 STREAM = {"messages": CHAT, "max_tokens": 30, "ignore_eos": True, "stream": True}
@@ -154,9 +155,17 @@ async def test_crash_after_n_requests(sim_factory: StartSim) -> None:
             async with s.post(sim.url + "/v1/chat/completions", json=body) as r:
                 await r.read()
         assert sim.crashed
-        await asyncio.sleep(0.1)
-        with pytest.raises(aiohttp.ClientConnectorError):
-            await s.get(sim.url + "/v1/models")
+
+        async def refused() -> bool:  # the listener closes as the crash unwinds
+            try:
+                async with s.get(sim.url + "/v1/models"):
+                    return False
+            except aiohttp.ClientConnectorError:
+                return True
+
+        await apoll_until(
+            refused, "the crashed engine's port to refuse", ignoring=(aiohttp.ClientError,)
+        )
 
 
 def test_fault_config_refuses_nonsense() -> None:

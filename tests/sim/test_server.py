@@ -71,8 +71,13 @@ async def _stream(session: aiohttp.ClientSession, url: str, body: dict[str, obje
 async def test_ground_truth_is_the_configured_model_queueing_included(
     sim_factory: StartSim,
 ) -> None:
-    # 4 sequences at most, 8 clients: half of them queue. 10x slower than the profile,
-    # so a step is tens of milliseconds and scheduling noise stays small beside it.
+    """4 sequences at most, 8 clients: half of them queue.  10x slower than the
+    profile, so a step is ~53 ms and the mistakes are far from the noise: a client
+    can never see a token before its scheduled time (causality, to 5 ms of clock
+    conversion), and the bound on lateness (0.3 s) lies between what a busy
+    machine adds (TTFT +29-50 ms, tokens <= 19 ms at load average 13; see
+    docs/benchmarks.md) and the smallest mistake: a stream sent in one burst at
+    its end (+0.58 s) or a TTFT that leaves out the queue (+0.66 s)."""
     profile = load_profile(VLLM).with_overrides(max_num_seqs=4, prefix_caching=False)
     sim = await sim_factory(profile, time_scale=10.0)
     body = {"messages": CHAT, "max_tokens": 12, "ignore_eos": True, "stream": True}
@@ -97,9 +102,9 @@ async def test_ground_truth_is_the_configured_model_queueing_included(
         assert len(client["times"]) == true.output_tokens == 12
         client_ttft = client["times"][0] - client["sent"]
         true_ttft = (true.first_token_s or 0) - true.arrival_s
-        assert client_ttft == pytest.approx(true_ttft, abs=0.15)
+        assert -0.005 <= client_ttft - true_ttft < 0.3
         for measured, scheduled in zip(client["times"], true.token_times_s, strict=True):
-            assert -0.005 <= measured - scheduled < 0.25
+            assert -0.005 <= measured - scheduled < 0.3
 
 
 async def test_llamacpp_defers_beyond_its_slots(sim_factory: StartSim) -> None:

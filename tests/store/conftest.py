@@ -122,10 +122,3 @@ def mem_store() -> Iterator[Store]:
     st = open_store(":memory:")
     yield st
     st.close()
-
-
-@pytest.fixture
-def file_store(tmp_path: Path) -> Iterator[Store]:
-    st = open_store(tmp_path / "store.db")
-    yield st
-    st.close()

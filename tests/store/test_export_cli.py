@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from store import Store, open_store
-from store.cli import parse_duration_s
 from store.export import (
     comparison_to_csv,
     comparison_to_json,
@@ -148,14 +147,6 @@ def test_newer_store_file_is_refused_by_the_cli(
     conn.close()
     assert main(["runs", "--db", str(path), "list"]) == 2
     assert "schema version 99" in capsys.readouterr().err
-
-
-def test_durations() -> None:
-    assert parse_duration_s("7d") == 7 * 86400
-    assert parse_duration_s("90") == 90
-    assert parse_duration_s("1.5h") == 5400
-    with pytest.raises(Exception, match="not a duration"):
-        parse_duration_s("a week")
 
 
 def test_compare_of_one_configuration_lists_regressions(

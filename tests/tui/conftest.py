@@ -10,10 +10,10 @@ import pytest
 
 from control.config import Config
 from control.demo_runs import simulate_seed_table
-from control.replay import ReplayNode
 from control.services import Services
 from store import open_store
 from telemetry import EngineTelemetry, TelemetryFrame
+from tests.tui.replay_frames import ReplayNode
 from tui.app import InferTopApp, create_app
 
 EPOCH = 1_796_048_940.0

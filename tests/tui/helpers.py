@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -10,16 +9,14 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from textual.widgets import Static
 
+from tests.waiting import apoll_until
+
 
 async def wait_until(
     pilot: Pilot[Any], condition: Callable[[], bool], what: str, timeout_s: float = 60.0
 ) -> None:
     """Pump the app until ``condition`` holds (a bound, not a speed assertion)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
+    await apoll_until(condition, what, timeout_s=timeout_s, every_s=0.1, pause=pilot.pause)
 
 
 def text_of(pilot: Pilot[Any], selector: str) -> str:

@@ -3,11 +3,11 @@ the simulated seed comparison — computed once per kept store."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from control.demo import DEMO_NODE, LIVE_SIMS, DemoOptions, RealEngine, demo_banner, demo_services
+from tests.waiting import apoll_until
 
 
 async def start_up(services: Any) -> list[tuple[str, float | None, bool]]:
@@ -35,11 +35,13 @@ async def test_demo_starts_sims_and_computes_the_seed_runs_once(tmp_path: Path) 
         ]
         assert all(r.simulated and r.status == "completed" for r in runs)
         client: Any = node.client
-        for _ in range(100):
-            engines = await client.engines()
-            if len(engines) == len(LIVE_SIMS) and all(e.health == "healthy" for e in engines):
-                break
-            await asyncio.sleep(0.2)
+        engines = await apoll_until(
+            client.engines,
+            "every live simulator to be healthy",
+            done=lambda engines: (
+                len(engines) == len(LIVE_SIMS) and all(e.health == "healthy" for e in engines)
+            ),
+        )
         assert sorted(e.kind for e in engines) == [
             "llamacpp",
             "lmdeploy",

@@ -4,7 +4,6 @@ running and recovers when the agent returns.  Real agent process, real sockets."
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -18,16 +17,11 @@ from control.config import Config, NodeConfig
 from control.model import NodeStatus
 from control.services import Backoff
 from control.wiring import build_services
+from tests.ports import free_port
 from tests.tui.conftest import SIZE
 from tests.tui.helpers import wait_until
 from tui.app import create_app
 from tui.fasttable import FastTable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class AgentProcess:

@@ -1,7 +1,7 @@
 """One snapshot per screen in its main states, 120x40 (Compare also at 80x24, an
 operator's SSH terminal), from fixed frames only.
 
-Frames come from the real H200 recording at fixed positions (``control.replay``),
+Frames come from the real H200 recording at fixed positions (``tests/tui/replay_frames.py``),
 the clock is frozen and the store holds the simulated seed comparison with
 fixed ids, so a snapshot changes only when what the operator sees changes.
 """
@@ -14,6 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, SelectionList
 
 from tests.tui.conftest import SIZE, engines_at_load, fleet_frames, frozen_app, frozen_services
+from tests.tui.helpers import wait_until
 from tui.app import InferTopApp
 
 
@@ -39,11 +40,10 @@ async def open_screen(pilot: Pilot[Any], app: InferTopApp, key: str, **feed_kwar
 
 
 async def wait_rows(pilot: Pilot[Any], table: DataTable[Any], rows: int) -> None:
-    for _ in range(200):  # the store is read in a worker thread
-        if table.row_count >= rows:
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"table {table.id} never reached {rows} rows")
+    # the store is read in a worker thread
+    await wait_until(
+        pilot, lambda: table.row_count >= rows, f"table {table.id} to show {rows} rows"
+    )
 
 
 def test_fleet(snap_compare: Any) -> None:

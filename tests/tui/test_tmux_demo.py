@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import IN_CI
+from tests.waiting import poll_until
 
 
 class Tmux:
@@ -40,21 +40,22 @@ class Tmux:
         return self.run("capture-pane", "-p", "-t", "demo")
 
     def wait_for(self, *texts: str, timeout_s: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            screen = self.screen()
-            if all(t in screen for t in texts):
-                return screen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"never saw {texts!r}; the screen was:\n{screen}")
-            time.sleep(0.3)
+        return poll_until(
+            self.screen,
+            f"{texts!r} on the screen",
+            done=lambda screen: all(t in screen for t in texts),
+            timeout_s=timeout_s,
+            every_s=0.3,
+        )
 
     def wait_gone(self, text: str, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while text in self.screen():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{text!r} never went away")
-            time.sleep(0.3)
+        poll_until(
+            self.screen,
+            f"{text!r} to go away",
+            done=lambda screen: text not in screen,
+            timeout_s=timeout_s,
+            every_s=0.3,
+        )
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)

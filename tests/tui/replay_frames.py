@@ -3,7 +3,7 @@
 The agent's replay collector (``agents.collectors.replay.ReplayNvml`` under the
 real ``NvmlCollector``) produces the GPU samples, driven by a clock this module
 controls: a snapshot test asks for the frame at a fixed position and always
-gets the same one; the benchmark plays 32 nodes × 8 GPUs at 1 Hz.
+gets the same one.
 """
 
 from __future__ import annotations

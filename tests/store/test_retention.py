@@ -1,42 +1,14 @@
-"""AsyncStore keeps the loop free; retention folds old telemetry into history."""
+"""Reads beside the writer; retention deletes old telemetry taken outside runs."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
-from store import AsyncStore, open_store
+from store import Store, open_store
 from telemetry import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
-from tests.store.conftest import record, summary_from_h200
-
-
-async def test_reads_run_off_the_event_loop(tmp_path: Path) -> None:
-    astore = await AsyncStore.open(tmp_path / "a.db")
-    st = astore.store
-    run_id = astore.create_run(name="async", engine_kind="vllm", node="n1")
-    astore.add_requests(record(run_id, 0, i) for i in range(100))
-    astore.add_level(run_id, summary_from_h200(0))
-    await astore.flush()
-    loop_thread = threading.get_ident()
-    seen: list[int] = []
-    original = st._read
-
-    def spy(*args: object, **kwargs: object) -> object:
-        seen.append(threading.get_ident())
-        return original(*args, **kwargs)  # type: ignore[arg-type]
-
-    st._read = spy  # type: ignore[method-assign]
-    runs, comparison, requests = await asyncio.gather(
-        astore.list_runs(), astore.compare([run_id]), astore.requests(run_id)
-    )
-    assert [r.run_id for r in runs] == [run_id]
-    assert comparison.rows[0].output_tok_s == summary_from_h200(0).output_tok_s
-    assert len(requests) == 100
-    assert seen and loop_thread not in seen
-    await astore.close()
+from tests.store.conftest import record
 
 
 def test_reads_see_committed_rows_while_the_writer_holds_a_transaction(tmp_path: Path) -> None:
@@ -70,7 +42,12 @@ def _samples(node: str, start: float, n: int) -> list[TelemetryFrame]:
     ]
 
 
-def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history() -> None:
+def gpu_sample_times(st: Store) -> list[float]:
+    rows = st._read(lambda c: c.execute("SELECT ts FROM gpu_samples ORDER BY ts").fetchall())
+    return [ts for (ts,) in rows]
+
+
+def test_prune_keeps_samples_inside_runs_and_recent_ones() -> None:
     mem_store = open_store(":memory:", telemetry_retention_s=None)  # prune by hand here
     now = time.time()
     old = now - 10 * 86400
@@ -83,19 +60,11 @@ def test_prune_keeps_samples_inside_runs_and_folds_the_rest_into_history() -> No
     mem_store.add_telemetry(_samples("n1", now - 60, 30))  # recent: kept
     mem_store.flush()
     result = mem_store.prune_telemetry(older_than_s=7 * 86400)
-    assert result.gpu_samples_deleted == 120
-    assert result.engine_samples_deleted == 120
-    assert result.history_rows_written == 2
-    conn: sqlite3.Connection = mem_store._read_conn
-    assert conn.execute("SELECT count(*) FROM gpu_samples").fetchone()[0] == 60
-    history = conn.execute(
-        "SELECT bucket_ts, samples, util_pct_mean, energy_j_last FROM gpu_history "
-        "ORDER BY bucket_ts"
-    ).fetchall()
-    assert history == [(minute, 60, 50.5, 5900.0), (minute + 60, 60, 50.5, 11900.0)]
-    # Run again later: nothing new to fold; history itself ages out when asked.
-    again = mem_store.prune_telemetry(older_than_s=7 * 86400, history_older_than_s=8 * 86400)
-    assert again.gpu_samples_deleted == 0 and again.history_rows_deleted == 2
+    assert (result.gpu_samples_deleted, result.engine_samples_deleted) == (120, 120)
+    kept = gpu_sample_times(mem_store)
+    assert kept == [run_start + k for k in range(30)] + [now - 60 + k for k in range(30)]
+    again = mem_store.prune_telemetry(older_than_s=7 * 86400)  # nothing more to delete
+    assert (again.gpu_samples_deleted, again.engine_samples_deleted) == (0, 0)
     mem_store.close()
 
 
@@ -112,16 +81,16 @@ def test_vacuum_shrinks_the_file_after_a_delete(tmp_path: Path) -> None:
 
 
 def test_configured_retention_runs_while_telemetry_comes_in(tmp_path: Path) -> None:
-    st = open_store(tmp_path / "r.db", telemetry_retention_s=86400, history_retention_s=None)
+    st = open_store(tmp_path / "r.db", telemetry_retention_s=86400)
     two_days_ago = (time.time() - 2 * 86400) // 60 * 60
-    st.add_telemetry(_samples("n1", two_days_ago, 30))
-    st.add_telemetry(_samples("n1", time.time() - 5, 1))  # the hourly check already ran
+    st.add_telemetry(_samples("n1", two_days_ago, 30))  # the first add runs the check
+    recent = time.time() - 5
+    st.add_telemetry(_samples("n1", recent, 1))  # the hourly check already ran
     st.flush()
-    points = st.gpu_series("n1", 0, two_days_ago - 1, time.time())
-    assert [p.samples for p in points] == [30, 1]
+    assert gpu_sample_times(st) == [recent]
     st.close()
     keep_all = open_store(tmp_path / "k.db", telemetry_retention_s=None)
     keep_all.add_telemetry(_samples("n1", two_days_ago, 30))
     keep_all.flush()
-    assert len(keep_all.gpu_series("n1", 0, two_days_ago - 1, time.time())) == 30
+    assert len(gpu_sample_times(keep_all)) == 30
     keep_all.close()
