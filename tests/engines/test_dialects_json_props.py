@@ -47,12 +47,15 @@ counts = st.integers(min_value=0, max_value=2**53)
 
 # -- llama.cpp /slots ------------------------------------------------------------
 
+# llama-server keeps slot ids and counts in 32-bit ints: anything else is refused
+# (tests/engines/test_catalog_llamacpp_slots.py), so a valid document stays inside.
+slot_ints = st.integers(min_value=0, max_value=2**31 - 1)
 slot_doc = st.fixed_dictionaries(
-    {"id": ints, "n_ctx": counts, "is_processing": st.booleans()},
+    {"id": slot_ints, "n_ctx": slot_ints, "is_processing": st.booleans()},
     optional={
-        "n_prompt_tokens": ints,
-        "n_past": ints,
-        "next_token": st.fixed_dictionaries({"n_decoded": ints}).map(lambda d: [d]),
+        "n_prompt_tokens": slot_ints,
+        "n_past": slot_ints,
+        "next_token": st.fixed_dictionaries({"n_decoded": slot_ints}).map(lambda d: [d]),
     },
 )
 

@@ -122,3 +122,11 @@ def mem_store() -> Iterator[Store]:
     st = open_store(":memory:")
     yield st
     st.close()
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> Iterator[Store]:
+    """A store in a file, for tests that read it back with another connection."""
+    st = open_store(tmp_path / "store.db")
+    yield st
+    st.close()

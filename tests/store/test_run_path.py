@@ -134,8 +134,12 @@ def test_the_recorder_writes_the_run_its_requests_levels_and_deployment(mem_stor
     assert [lv.summary for lv in mem_store.levels("r1")] == [level]
     title = comparison_to_markdown(mem_store.compare(["r1"])).splitlines()[0]
     assert title.startswith(f"| h200-1, m, {level.concurrency} concurrent |")  # the model
-    (deployment,) = mem_store.deployments("h200-1")
-    assert (deployment.deployment_id, deployment.gpus, deployment.simulated) == ("eng-1", [3], True)
+    deployments = mem_store._read(
+        lambda c: c.execute(
+            "SELECT id, gpus_json, simulated FROM deployments WHERE node = 'h200-1'"
+        ).fetchall()
+    )
+    assert deployments == [("eng-1", "[3]", 1)]
 
 
 def test_a_run_that_completed_no_request_is_failed_and_says_why() -> None:
