@@ -1,14 +1,16 @@
-"""Start the known-schedule server (a real HTTP server in its own process), and
-run ``infer-top bench`` as the real command in a process of its own."""
+"""Start the known-schedule server (a real HTTP server in its own process), serve
+stand-in engines from the test's own loop, and run ``infer-top bench`` as the real
+command in a process of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from tests.loadgen.sched_server import SchedServer
 
@@ -50,3 +52,26 @@ def sched_server() -> Iterator[Callable[..., SchedServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+"""A stand-in engine's chat-completions handler (what a test makes it answer)."""
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    """Serve a stand-in engine's ``/v1/chat/completions`` on 127.0.0.1; returns its URL."""
+    runners: list[web.AppRunner] = []
+
+    async def start(handler: Handler) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()

@@ -9,37 +9,16 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiohttp import web
 
 from runs.records import ErrorKind
 from store import open_store
-from tests.loadgen.conftest import ROOT, bench, infer_top_argv
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        runners.append(runner)
-        return f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-    yield start
-    for runner in runners:
-        await runner.cleanup()
+from tests.loadgen.conftest import ROOT, Handler, bench, infer_top_argv
 
 
 def _event(obj: object) -> bytes:

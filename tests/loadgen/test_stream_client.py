@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -19,28 +19,7 @@ from loadgen.openai_stream import (
     endpoint_url,
 )
 from runs.records import ErrorKind
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    runners: list[web.AppRunner] = []
-
-    async def start(handler: Handler) -> str:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handler)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        runners.append(runner)
-        port = runner.addresses[0][1]
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for runner in runners:
-        await runner.cleanup()
+from tests.loadgen.conftest import Handler
 
 
 def _sse_handler(payload: bytes, *, split_every: int | None = None) -> Handler:
