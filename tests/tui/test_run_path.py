@@ -94,8 +94,13 @@ async def test_a_sweep_from_the_tui_from_bench_and_from_the_demo_is_stored_alike
         assert tui.profile["target"]["model"] == cli.profile["target"]["model"]
         # The TUI run names its engine's deployment: energy over its window sums GPU 1 only.
         assert tui.deployment_id == engine.id and tui.node == NODE
-        (deployment,) = [d for d in store.deployments(NODE) if d.deployment_id == engine.id]
-        assert deployment.gpus == [1] and deployment.simulated
+        deployment = store._read(
+            lambda c: c.execute(
+                "SELECT gpus_json, simulated FROM deployments WHERE node = ? AND id = ?",
+                (NODE, engine.id),
+            ).fetchall()
+        )
+        assert deployment == [("[1]", 1)]
 
         # The TUI run and the CLI run compare level by level, and for regressions.
         rows = store.compare([tui.run_id, cli.run_id]).rows
