@@ -112,7 +112,6 @@ class Regression:
     new: float
     change: float
     """Relative change (new / base - 1); absolute difference for failure_rate."""
-    higher_is_better: bool
 
 
 # --- fields the contracts gained beyond the stored columns ---------------

@@ -83,7 +83,6 @@ def list_runs(
     engine_kind: str | None = None,
     node: str | None = None,
     name_contains: str | None = None,
-    since: float | None = None,
     limit: int | None = None,
 ) -> list[RunInfo]:
     where: list[str] = []
@@ -95,9 +94,6 @@ def list_runs(
     if name_contains:
         where.append("instr(lower(coalesce(r.name, '')), lower(?)) > 0")
         params.append(name_contains)
-    if since is not None:
-        where.append("r.created_at >= ?")
-        params.append(since)
     sql = _RUN_SELECT + (f"WHERE {' AND '.join(where)} " if where else "")
     sql += "ORDER BY r.created_at DESC"
     if limit is not None:
@@ -238,8 +234,6 @@ def regressions(
     base_run: str,
     new_run: str,
     threshold: float = 0.05,
-    *,
-    allow_different_config: bool = False,
 ) -> list[Regression]:
     """Metrics at matching load levels that got worse by more than ``threshold``.
 
@@ -250,7 +244,7 @@ def regressions(
     comparison = compare(conn, [base_run, new_run])
     base, new = comparison.runs
     diffs = config_differences(base, new)
-    if diffs and not allow_different_config:
+    if diffs:
         raise StoreError(
             f"runs {base.run_id} and {new.run_id} differ in {', '.join(diffs)}, so a change "
             "between them is not a regression of one configuration; regressions compare two "
@@ -275,9 +269,5 @@ def regressions(
                 change = b / a - 1.0
                 worse = change < -threshold if higher_better else change > threshold
             if worse:
-                found.append(
-                    Regression(
-                        row.concurrency, row.request_rate, metric, a, b, change, higher_better
-                    )
-                )
+                found.append(Regression(row.concurrency, row.request_rate, metric, a, b, change))
     return found

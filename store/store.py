@@ -255,7 +255,7 @@ class Store(FleetMixin):
             return fn(self._read_conn, *args, **kwargs)
 
     def list_runs(self, **filters: Any) -> list[RunInfo]:
-        """Filters: status, engine_kind, node, name_contains, since, limit."""
+        """Filters: status, engine_kind, node, name_contains, limit."""
         result: list[RunInfo] = self._read(queries.list_runs, **filters)
         return result
 
@@ -274,12 +274,8 @@ class Store(FleetMixin):
             self._writer.put_rows(energy.CACHE_SQL, cache_rows)
         return result
 
-    def regressions(
-        self, base_run: str, new_run: str, threshold: float = 0.05, **kwargs: Any
-    ) -> list[Regression]:
-        result: list[Regression] = self._read(
-            queries.regressions, base_run, new_run, threshold, **kwargs
-        )
+    def regressions(self, base_run: str, new_run: str, threshold: float = 0.05) -> list[Regression]:
+        result: list[Regression] = self._read(queries.regressions, base_run, new_run, threshold)
         return result
 
     def iter_requests(self, run_id: str) -> Iterator[RequestRecord]:

@@ -123,7 +123,6 @@ def test_regressions_refuse_runs_of_different_configurations(mem_store: Store) -
     mem_store.flush()
     with pytest.raises(StoreError, match="differ in engine_kind"):
         mem_store.regressions(a, b)
-    assert mem_store.regressions(a, b, allow_different_config=True) == []
 
 
 def test_run_ids_resolve_by_prefix_and_unknown_ids_say_what_to_do(mem_store: Store) -> None:
