@@ -59,7 +59,6 @@ class Store(FleetMixin):
         path: Path | str,
         *,
         busy_timeout_s: float = 5.0,
-        max_db_bytes: int | None = None,
         on_error: Callable[[StoreWriteError], None] | None = None,
         telemetry_retention_s: float | None = DEFAULT_TELEMETRY_RETENTION_S,
     ) -> None:
@@ -76,7 +75,7 @@ class Store(FleetMixin):
         conn = self._connect(busy_timeout_s)
         try:
             self.version_before = migrate(conn, path)
-            self._setup(conn, busy_timeout_s, max_db_bytes)
+            self._setup(conn, busy_timeout_s)
             self.orphans_marked = self._mark_orphans(conn)
         except BaseException:
             conn.close()
@@ -84,9 +83,7 @@ class Store(FleetMixin):
         # A ":memory:" store's one connection is closed with the read side.
         self._writer = Writer(conn, self._write_lock, on_error, owns_conn=not self.memory)
 
-    def _setup(
-        self, conn: sqlite3.Connection, busy_timeout_s: float, max_db_bytes: int | None
-    ) -> None:
+    def _setup(self, conn: sqlite3.Connection, busy_timeout_s: float) -> None:
         conn.isolation_level = None  # explicit BEGIN / COMMIT from here on
         if not self.memory:
             conn.execute("PRAGMA journal_mode = WAL")
@@ -102,9 +99,6 @@ class Store(FleetMixin):
             self._read_conn.isolation_level = None
             self._read_conn.execute("PRAGMA query_only = ON")
             self._read_lock = threading.Lock()
-        self._page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        if max_db_bytes is not None:
-            conn.execute(f"PRAGMA max_page_count = {max(1, max_db_bytes // self._page_size)}")
 
     def _mark_orphans(self, conn: sqlite3.Connection) -> list[str]:
         """Mark this host's runs whose process died (SIGKILL, OOM) as interrupted."""
@@ -241,12 +235,6 @@ class Store(FleetMixin):
         """VACUUM the file; returns (bytes before, bytes after)."""
         sizes: tuple[int, int] = self._writer.call(maintenance.vacuum).result()
         return sizes
-
-    def set_max_db_bytes(self, max_db_bytes: int | None) -> None:
-        """Cap (or uncap, with None) the file's size; rows held after a
-        "database or disk is full" error are retried under the new cap."""
-        pages = 4_294_967_294 if max_db_bytes is None else max(1, max_db_bytes // self._page_size)
-        self._writer.call(lambda c: c.execute(f"PRAGMA max_page_count = {int(pages)}")).result()
 
     # --- reads (read connection; from a loop, call in a worker thread) -----
 

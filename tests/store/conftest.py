@@ -4,6 +4,7 @@ load generator's, built from the H200 llama.cpp run in tests/fixtures."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,19 @@ def summary_from_h200(i: int, scale: float = 1.0, failed: int = 0) -> LevelSumma
         total_prompt_tokens=n * 500,
         usage_mismatches=1,
     )
+
+
+def cap_file_bytes(st: Store, max_bytes: int | None) -> None:
+    """Make the store's file full past ``max_bytes`` (SQLite's max_page_count; None
+    lifts the cap), as a full disk would, on the writer's connection after every
+    row queued before: rows held after "database or disk is full" retry under it."""
+
+    def cap(conn: sqlite3.Connection) -> None:
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        pages = 4_294_967_294 if max_bytes is None else max(1, max_bytes // page_size)
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+
+    st._writer.call(cap).result()
 
 
 @pytest.fixture

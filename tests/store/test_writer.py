@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store import Store, StoreWriteError, open_store
-from tests.store.conftest import failed_record, record, summary_from_h200
+from tests.store.conftest import cap_file_bytes, failed_record, record, summary_from_h200
 
 
 def test_requests_and_levels_read_back_equal(mem_store: Store) -> None:
@@ -65,7 +65,8 @@ def test_same_request_written_twice_is_kept_once(mem_store: Store) -> None:
 
 def test_full_disk_is_reported_and_no_row_is_lost(tmp_path: Path) -> None:
     errors: list[StoreWriteError] = []
-    st = open_store(tmp_path / "small.db", max_db_bytes=256 * 1024, on_error=errors.append)
+    st = open_store(tmp_path / "small.db", on_error=errors.append)
+    cap_file_bytes(st, 256 * 1024)
     run_id = st.create_run(name="big")
     st.flush()
     st.add_requests(record(run_id, 0, i) for i in range(3000))
@@ -78,7 +79,7 @@ def test_full_disk_is_reported_and_no_row_is_lost(tmp_path: Path) -> None:
     # More rows keep queueing while the disk is full.
     st.add_requests(record(run_id, 1, i) for i in range(10))
     # Space comes back: everything held is written, in order, nothing lost.
-    st.set_max_db_bytes(None)
+    cap_file_bytes(st, None)
     st.flush()
     assert st.unsaved == 0
     assert st.request_count(run_id) == 3010
@@ -88,7 +89,8 @@ def test_full_disk_is_reported_and_no_row_is_lost(tmp_path: Path) -> None:
 
 
 def test_close_on_a_full_disk_says_how_many_rows_were_not_written(tmp_path: Path) -> None:
-    st = open_store(tmp_path / "small.db", max_db_bytes=200 * 1024)
+    st = open_store(tmp_path / "small.db")
+    cap_file_bytes(st, 200 * 1024)
     run_id = st.create_run(name="big")
     st.add_requests(record(run_id, 0, i) for i in range(3000))
     with pytest.raises(StoreWriteError, match=r"\d+ rows unwritten") as info:
