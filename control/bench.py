@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections import Counter
 
 from rich.console import Console
 from rich.progress import (
@@ -54,6 +53,7 @@ from runs.events import (
     RunResult,
     RunStarted,
 )
+from runs.records import failures_by_kind
 from runs.units import duration_arg, parse_duration_s
 from store import RunRecorder, Store, open_store
 
@@ -339,13 +339,9 @@ def _too_many_failures(result: RunResult, max_pct: float) -> str | None:
     total = failed + sum(s.completed for s in result.levels)
     if not total or failed * 100 <= max_pct * total:
         return None
-    kinds: Counter[str] = Counter()
-    for s in result.levels:
-        kinds.update(s.failures_by_kind)
-    by_kind = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
     return (
         f"{failed} of {total} requests failed ({failed / total:.1%}), more than "
-        f"--max-failure-pct {max_pct:g}: {by_kind}"
+        f"--max-failure-pct {max_pct:g}: {failures_by_kind(result.levels)}"
     )
 
 

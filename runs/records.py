@@ -8,6 +8,8 @@ with telemetry frames and exact to the microsecond within a run.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -124,3 +126,12 @@ class LevelSummary:
         if not self.energy_j or self.total_output_tokens == 0:
             return None
         return self.total_output_tokens / self.energy_j
+
+
+def failures_by_kind(levels: Iterable[LevelSummary]) -> str:
+    """The levels' failures by kind, most common first ("http_status 6, connect 2"): how
+    a run's status line and the bench's exit message say what failed."""
+    kinds: Counter[str] = Counter()
+    for s in levels:
+        kinds.update(s.failures_by_kind)
+    return ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())

@@ -13,7 +13,6 @@ Writes only enqueue to the store's writer thread: ``on_event`` never blocks.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 
 from runs.events import (
@@ -26,7 +25,7 @@ from runs.events import (
     RunInterrupted,
     RunStarted,
 )
-from runs.records import LevelSummary, RequestRecord
+from runs.records import LevelSummary, RequestRecord, failures_by_kind
 from runs.setup import RunSetup
 from store.store import Store
 
@@ -119,10 +118,7 @@ def judge(levels: Sequence[LevelSummary]) -> tuple[str, str | None]:
         return "completed", None
     failed = sum(s.failed for s in levels)
     cut = sum(s.incomplete for s in levels)
-    kinds: Counter[str] = Counter()
-    for s in levels:
-        kinds.update(s.failures_by_kind)
-    by_kind = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    by_kind = failures_by_kind(levels)
     if failed and not cut:
         return "failed", f"all {failed} requests failed: {by_kind}"
     if failed:
