@@ -1,4 +1,5 @@
-"""Level summaries exactly as DESIGN.md defines them (vLLM / SGLang semantics)."""
+"""Level summaries exactly as docs/design.md ("Metric definitions") defines them
+(vLLM / SGLang semantics)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A comparison as CSV, JSON or Markdown; a run's requests as JSONL.
 
-The Markdown has one table per load level, shaped like the survey's table in
-DESIGN.md ("| H100, Llama-2-7B class, 64 concurrent | tok/s | note |"), so it
+The Markdown has one table per load level, shaped like the survey's table
+(docs/design.md, "Metric definitions": "| H100, Llama-2-7B class, 64 concurrent | tok/s |"), so it
 pastes into a report as it is.
 """
 

@@ -1,5 +1,5 @@
 """The telemetry frame: one per node per interval, the same schema for every node kind
-(DESIGN.md, "Telemetry").  Declared once here; the agent's wire protocol
+(docs/design.md, "Metric definitions").  Declared once here; the agent's wire protocol
 (``agents.protocol``) sends these classes and the store (``store.samples``) derives its
 telemetry columns from the fields marked ``stored()``.
 

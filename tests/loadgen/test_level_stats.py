@@ -1,4 +1,4 @@
-"""Level summaries follow DESIGN.md's definitions, on hand-built records."""
+"""Level summaries follow docs/design.md's metric definitions, on hand-built records."""
 
 from __future__ import annotations
 
