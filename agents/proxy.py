@@ -118,7 +118,10 @@ async def proxy(request: web.Request) -> web.StreamResponse:
 
 async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0),
+        # A fresh loopback connection per request (tens of microseconds): engines close
+        # kept-alive connections on their own terms (llama-server after a streamed answer),
+        # and a request body streamed into a stale one cannot be sent again.
+        connector=aiohttp.TCPConnector(limit=0, force_close=True),
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
         auto_decompress=False,  # bytes pass through as the engine encoded them
     )
