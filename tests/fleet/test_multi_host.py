@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -14,13 +15,20 @@ import pytest
 
 from agents.client import AgentClient
 from agents.protocol import EngineInfo
+from control.config import load_config
 from control.loads import LoadProfile, LoadRequest, resolve_target, run_load
+from control.model import NodeStatus
 from control.nodes import NodeHandle
+from control.wiring import build_services
 from store import RunRecorder, open_store
 from tests.fleet.conftest import write_config
 from tests.loadgen.conftest import bench
 from tests.netns import TestNode
+from tests.tui.conftest import SIZE
+from tests.tui.driving import run_smoke_load
+from tests.tui.helpers import text_of, wait_until
 from tests.waiting import apoll_until
+from tui.app import create_app
 
 pytestmark = [pytest.mark.netns, pytest.mark.docker]  # docker: the rig's llama-server and model
 
@@ -161,3 +169,25 @@ async def test_a_client_that_leaves_mid_stream_frees_the_engines_slot(
             done=lambda s: not s,
             timeout_s=8.0,
         )
+
+
+async def test_the_load_screen_runs_a_sweep_on_node_b_through_the_proxy_and_says_so(
+    fleet: dict[str, TestNode], llama_on_b: EngineInfo, tmp_path: Path
+) -> None:
+    config = load_config(write_config(tmp_path / "config.toml", fleet))
+    config = replace(config, db_path=tmp_path / "runs.db")
+    async with build_services(config) as services:
+        app = create_app(config, services=services)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(
+                pilot, lambda: app.model.nodes["b"].status is NodeStatus.OK, "node b's frames"
+            )
+            await pilot.press("4")
+            key = f"b/{llama_on_b.id}"
+            await wait_until(pilot, lambda: key in app.screen.target_keys, "b's engine as target")
+            await run_smoke_load(pilot, key)
+            label = text_of(pilot, "#load-path")
+        (run,) = services.store.list_runs()
+    assert "load from control-plane → engine on b" in label and "(proxied)" in label
+    assert run.profile["placement"]["path"] == "proxied" and run.status == "completed"
+    assert (run.node, run.deployment_id, run.request_count) == ("b", llama_on_b.id, 8)
