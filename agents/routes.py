@@ -16,6 +16,7 @@ from agents.catalog_adapter import UnknownEngine
 from agents.keys import AUDIT, MANAGER, NODE_INFO, REGISTRY, SAMPLER, SOCKETS
 from agents.manager import ManagerError
 from agents.protocol import dumps, frame_to_dict, to_dict
+from agents.proxy import add_proxy_routes
 from agents.security import PolicyError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -280,6 +281,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/engines/{id}/stop", stop)
     app.router.add_post("/v1/engines/{id}/swap", swap)
     app.router.add_get("/v1/engines/{id}/logs", logs)
+    add_proxy_routes(app)
     app.router.add_get("/v1/events", events)
     app.router.add_get("/v1/events/stream", events_stream)
     app.router.add_get("/metrics", metrics)

@@ -7,9 +7,12 @@ TUI stores it (docs/design.md, "The run path")."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from pathlib import Path
 
+import aiohttp
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -20,7 +23,10 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from agents.client import AgentError
+from control.config import ConfigError
 from control.loads import probe_engine
+from control.reach import Placement, agent_target
 from loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
 from loadgen.profiles import (
     Arrival,
@@ -97,9 +103,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Stream requests at an OpenAI-compatible engine and report TTFT, TPOT, "
         "ITL, E2E, throughput, goodput and failures per level (vLLM metric definitions).",
     )
-    t = p.add_argument_group("target")
-    t.add_argument("--url", required=True, help="engine base URL, e.g. http://127.0.0.1:8080")
-    t.add_argument("--model", required=True, help="model name the engine serves")
+    t = p.add_argument_group(
+        "target",
+        "either --url (the engine's own address) or --node and --engine-id (an engine an "
+        "agent runs: reached through the agent's proxy when the agent is on another machine)",
+    )
+    t.add_argument("--url", help="engine base URL, e.g. http://127.0.0.1:8080")
+    t.add_argument("--node", help="a node named in the config file (see --config)")
+    t.add_argument("--engine-id", help="the deployment id of an engine on --node")
+    t.add_argument("--config", type=Path, default=None, help="config file naming the nodes")
+    t.add_argument("--model", help="model name the engine serves (default: the engine's)")
     t.add_argument("--engine", default="openai", choices=known_kinds(), help="engine kind")
     t.add_argument("--api-key", default=None, help=f"bearer key (better: ${API_KEY_ENV})")
     t.add_argument("--completions", action="store_true", help="use /v1/completions, not chat")
@@ -185,7 +198,7 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
         seed=args.seed,
     )
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    target = Target(args.url, args.model, args.engine, key, chat=not args.completions)
+    target = Target(args.url or "", args.model or "", args.engine, key, chat=not args.completions)
     return spec, workload, target
 
 
@@ -232,6 +245,18 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, WorkloadError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
+    placement = Placement()
+    if (args.url is None) == (args.node is None) or (args.node is None) != (args.engine_id is None):
+        err.print("[red]error:[/] name the engine by --url, or by --node and --engine-id")
+        return 2
+    if args.node is not None:
+        try:
+            target, placement = run_in_new_loop(
+                agent_target(args.config, args.node, args.engine_id, target)
+            )
+        except (ConfigError, AgentError, OSError, aiohttp.ClientError) as exc:
+            err.print(f"[red]error:[/] {exc}")
+            return 2
     try:
         PromptSource(workload)  # an unreadable dataset is bad input, found before any request
     except WorkloadError as exc:
@@ -242,8 +267,22 @@ def run(args: argparse.Namespace) -> int:
         err.print(
             "[yellow]note:[/] this engine is infer-top's simulator: its figures are simulated"
         )
+    if not target.model:
+        if probe.model is None:
+            err.print("[red]error:[/] the engine does not say which model it serves: pass --model")
+            return 2
+        target = dataclasses.replace(target, model=probe.model)
     setup = describe_run(
-        spec, workload, target, origin="bench", name=args.name, simulated=probe.simulated
+        spec,
+        workload,
+        target,
+        origin="bench",
+        name=args.name,
+        simulated=probe.simulated,
+        node=placement.node,
+        deployment_id=placement.deployment_id,
+        gpu_ids=placement.gpu_ids,
+        path=placement.path,
     )
     try:
         sink, store = _open_outputs(args)

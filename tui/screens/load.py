@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
 
-from control.loads import PROFILES, LoadRequest, profile, resolve_target
+from control.loads import PROFILES, LoadRequest, path_label, profile, resolve_target
 from control.model import fmt
 from control.services import describe_error
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
@@ -90,6 +90,7 @@ class LoadScreen(BaseScreen):
                     )
                     yield Button("Run (r)", id="run", variant="primary", compact=True)
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
+                yield Static("", id="load-path")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
                 yield Static("Levels (latencies in ms)", classes="section")
                 table: DataTable[Cell] = DataTable(id="load-levels", cursor_type="row")
@@ -247,8 +248,10 @@ class LoadScreen(BaseScreen):
                 progress=len([r for r in self._levels.values() if r[1][-1] == "done"])
                 / self._planned
             )
-        elif isinstance(event, RunStarted) and event.warnings:
-            status.update("warning: " + "; ".join(event.warnings))
+        elif isinstance(event, RunStarted):
+            self.query_one("#load-path", Static).update(path_label(event.setup))
+            if event.warnings:
+                status.update("warning: " + "; ".join(event.warnings))
         sync_table(
             self.query_one("#load-levels", DataTable),
             [self._levels[k] for k in sorted(self._levels, key=int)],
