@@ -8,7 +8,7 @@ an engine that binds it is unreachable from the control plane (pytest, in the ro
 namespace), as on a real fleet. The root dockerd sets the FORWARD policy to DROP and
 bridged frames pass through it, so node-to-node traffic needs one ACCEPT rule for the
 bridge; it is removed at tear-down. Names carry one prefix, and anything left with it by a
-killed run is removed before a new rig is built. See /work/shared/reference/netns/README.md.
+killed run is removed before a new rig is built.
 """
 
 from __future__ import annotations
