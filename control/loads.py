@@ -117,7 +117,8 @@ def path_label(setup: RunSetup) -> str:
     engine = f"engine on {setup.node}" if setup.node else "engine"
     if setup.path == "proxied":
         return f"load from {setup.load_node} → {engine}, through its agent's proxy (proxied)"
-    return f"load from {setup.load_node} → {engine} at {setup.url} (direct)"
+    at = f" at {setup.url}" if setup.url else ""
+    return f"load from {setup.load_node} → {engine}{at} (direct)"
 
 
 async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> LoadRequest:
