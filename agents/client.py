@@ -135,8 +135,9 @@ class AgentClient:
         options: dict[str, Any] | None = None,
         wait: bool = True,
         timeout_s: float = 600,
+        health_timeout_s: float | None = None,
     ) -> EngineInfo:
-        body = {
+        body: dict[str, Any] = {
             "kind": kind,
             "config": config,
             "gpus": gpus,
@@ -144,6 +145,8 @@ class AgentClient:
             "options": options or {},
             "wait": wait,
         }
+        if health_timeout_s is not None:  # the engine spec's own limit otherwise
+            body["health_timeout_s"] = health_timeout_s
         data = await self._request(
             "POST",
             "/v1/engines",

@@ -23,6 +23,7 @@ from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_
 from agents.security import check_start_request
+from agents.start_gate import checked_health_timeout, health_gate
 from telemetry import EngineTelemetry
 
 log = logging.getLogger(__name__)
@@ -232,8 +233,10 @@ class EngineManager:
         gpus: list[int] | None,
         options: dict[str, Any],
         runtime: str | None,
+        health_timeout_s: float | None = None,
     ) -> Deployment:
         """Validate a start request against the policy and build its record."""
+        health_timeout_s = checked_health_timeout(health_timeout_s)
         runtime_name = self._pick_runtime(kind, runtime)
         if runtime_name == "sim":
             # A simulator imitates one engine; the allow-list entry that matters is "sim".
@@ -269,6 +272,7 @@ class EngineManager:
             port=port,
             simulated=runtime_name == "sim",
             options={k: v for k, v in options.items() if k == "model_dir"},
+            start_timeout_s=health_timeout_s or get_spec(kind).start_timeout_s,
         )
         try:  # what the runtime would refuse, before a record exists or a swap stops anything
             self.runtimes[runtime_name].check(dep)
@@ -285,8 +289,9 @@ class EngineManager:
         options: dict[str, Any] | None = None,
         runtime: str | None = None,
         wait: bool = True,
+        health_timeout_s: float | None = None,
     ) -> Deployment:
-        dep = self.prepare(kind, launch, gpus, options or {}, runtime)
+        dep = self.prepare(kind, launch, gpus, options or {}, runtime, health_timeout_s)
         self.deployments[dep.id] = dep
         lock = self._locks[dep.id] = asyncio.Lock()
 
@@ -334,28 +339,7 @@ class EngineManager:
         return dep_id in self._starting or (lock is not None and lock.locked())
 
     async def _gate(self, dep: Deployment) -> bool:
-        """Wait for the engine's own idea of ready (a loading 503 is not a failure)."""
-        runtime = self.runtime_for(dep)
-        path = get_spec(dep.kind).health_path
-        deadline = time.monotonic() + self.config.health_timeout_s
-        while time.monotonic() < deadline:
-            if dep.state == "crashed":  # the watcher saw it die
-                break
-            status, health = await self._probe(dep)
-            if health == "ready":
-                dep.state, dep.health, dep.healthy_at = "ready", "healthy", time.time()
-                self.emit("healthy", dep.id, f"{dep.url}{path} answered {status}")
-                return True
-            dep.state, dep.health = "loading", "loading"
-            if status is None and await runtime.status(dep) != "running":
-                dep.message = "the engine exited before it became healthy"
-                break
-            await asyncio.sleep(0.5)
-        else:
-            dep.message = f"not healthy within {self.config.health_timeout_s:.0f} s"
-        dep.state, dep.health = "crashed", "dead"
-        self.emit("failed", dep.id, dep.message or "died while starting")
-        return False
+        return await health_gate(dep, self.runtime_for(dep), self._probe, self.emit)
 
     async def stop(self, dep_id: str) -> Deployment:
         dep = self.get(dep_id)
@@ -392,15 +376,16 @@ class EngineManager:
         options = old.options if options is None else options  # keep the model mount
         candidate = self.prepare(new_kind, launch, list(old.gpu_ids), options, old.runtime)
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
-            previous = (old.kind, dict(old.config), dict(old.options))
+            previous = (old.kind, dict(old.config), dict(old.options), old.start_timeout_s)
             await self._take_down(old)
             old.kind, old.config, old.options = candidate.kind, candidate.config, candidate.options
+            old.start_timeout_s = candidate.start_timeout_s
             if await self._bring_up(old):
                 self.emit("swapped", dep_id, f"now {old.kind} {old.config.get('model', '')}")
                 return old
             reason = old.message
             await self._take_down(old)
-            old.kind, old.config, old.options = previous
+            old.kind, old.config, old.options, old.start_timeout_s = previous
             ok = await self._bring_up(old)
             old.message = f"swap failed ({reason}); " + (
                 "rolled back to the previous engine" if ok else "roll-back failed too"

@@ -132,6 +132,7 @@ START_FIELDS: dict[str, type] = {
     "options": dict,
     "runtime": str,
     "wait": bool,
+    "health_timeout_s": object,  # seconds, bounds checked by the manager
 }
 SWAP_FIELDS: dict[str, type] = {"config": dict, "kind": str, "options": dict}
 
@@ -206,6 +207,7 @@ async def start(request: web.Request) -> web.StreamResponse:
         options=body.get("options") or {},
         runtime=body.get("runtime"),
         wait=body.get("wait", True),
+        health_timeout_s=body.get("health_timeout_s"),
     )
     request[AUDIT_DETAILS] = {"engine": dep.id}
     if dep.state in ("ready", "starting", "loading"):

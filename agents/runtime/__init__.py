@@ -35,6 +35,9 @@ class Deployment:
     healthy_at: float | None = None
     """Epoch s of the last good health answer (the gate, then the manager's health watch)."""
     exit_code: int | None = None
+    start_timeout_s: float | None = None
+    """The health gate's limit (see EngineInfo); None: the engine spec's."""
+    last_log_line: str | None = None
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -62,6 +65,8 @@ class Deployment:
             message=self.message,
             healthy_at=self.healthy_at,
             exit_code=self.exit_code,
+            start_timeout_s=self.start_timeout_s,
+            last_log_line=self.last_log_line,
         )
 
 
