@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -155,9 +155,14 @@ class AgentClient:
         )
         return engine_info_from_dict(data)
 
-    async def stop(self, engine_id: str) -> EngineInfo:
+    async def stop(self, engine_id: str, remove_volumes: Sequence[str] = ()) -> EngineInfo:
+        """Stop the engine; its volumes stay unless ``remove_volumes`` names them (as the
+        engine's ``volumes`` lists them), which deletes their data."""
         data = await self._request(
-            "POST", f"/v1/engines/{engine_id}/stop", client_timeout=aiohttp.ClientTimeout(total=300)
+            "POST",
+            f"/v1/engines/{engine_id}/stop",
+            json_body={"remove_volumes": list(remove_volumes)} if remove_volumes else None,
+            client_timeout=aiohttp.ClientTimeout(total=300),
         )
         return engine_info_from_dict(data)
 

@@ -10,7 +10,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -21,7 +21,7 @@ from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.protocol import AgentEvent
-from agents.runtime import Deployment, Runtime, RuntimeError_
+from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
 from agents.security import check_start_request
 from agents.start_gate import checked_health_timeout, health_gate
 from telemetry import EngineTelemetry
@@ -341,8 +341,12 @@ class EngineManager:
     async def _gate(self, dep: Deployment) -> bool:
         return await health_gate(dep, self.runtime_for(dep), self._probe, self.emit)
 
-    async def stop(self, dep_id: str) -> Deployment:
+    async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
+        """Stop and remove the engine; its named volumes (model caches) stay unless
+        ``remove_volumes`` names them, each exactly as the deployment lists them."""
         dep = self.get(dep_id)
+        names = list(dict.fromkeys(remove_volumes))
+        await self._check_volume_removal(dep, names)  # before anything is stopped
         starting = self._starting.get(dep_id)
         if starting is not None:  # an operator's stop ends a start-up still waiting for health
             starting.cancel()
@@ -350,10 +354,44 @@ class EngineManager:
                 await starting
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
             await self._take_down(dep)
-            self.emit("stopped", dep.id)
+            not_removed = await self._remove_volumes(dep, names) if names else None
+            removed = f"removed volumes {', '.join(names)}" if names and not not_removed else ""
+            self.emit("stopped", dep.id, removed)
         self.deployments.pop(dep_id, None)
         self.scraper.forget(dep_id)
+        if not_removed:
+            raise ManagerError(409, f"engine {dep_id} stopped, but {not_removed}")
         return dep
+
+    async def _check_volume_removal(self, dep: Deployment, names: list[str]) -> None:
+        """Refuse (400, nothing done) a name the deployment does not mount, or a volume
+        another container uses: a removal deletes exactly what the operator named."""
+        if unknown := [n for n in names if n not in dep.volumes]:
+            mounted = ", ".join(dep.volumes) or "no named volumes"
+            raise ManagerError(
+                400,
+                f"engine {dep.id} does not mount {', '.join(unknown)} (it mounts {mounted}): "
+                "nothing was stopped or removed",
+            )
+        runtime = self.runtime_for(dep)
+        for name in names:
+            assert isinstance(runtime, VolumeRuntime)  # only these list volumes
+            if users := await runtime.volume_users(name, dep):
+                raise ManagerError(
+                    400,
+                    f"volume {name} is also used by {', '.join(users)}: stop those first; "
+                    "nothing was stopped or removed",
+                )
+
+    async def _remove_volumes(self, dep: Deployment, names: list[str]) -> str | None:
+        """Remove the named volumes of a stopped deployment; why not, where one stayed."""
+        runtime = self.runtime_for(dep)
+        assert isinstance(runtime, VolumeRuntime)  # checked by _check_volume_removal
+        try:
+            await runtime.remove_volumes(names)
+        except RuntimeError_ as exc:  # taken by a container started since the check
+            return str(exc)
+        return None
 
     async def _take_down(self, dep: Deployment) -> None:
         dep.state = "stopping"

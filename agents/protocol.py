@@ -82,6 +82,9 @@ class EngineInfo:
     last_log_line: str | None = None
     """While starting or loading (and after a failed start): the engine's newest log line,
     so a long load shows what it is doing."""
+    volumes: tuple[str, ...] = ()
+    """Named Docker volumes the deployment mounts (its model caches): a stop keeps them;
+    ``POST .../stop`` with ``remove_volumes`` naming them removes them too."""
 
 
 EVENT_KINDS = (
