@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -135,8 +135,9 @@ class AgentClient:
         options: dict[str, Any] | None = None,
         wait: bool = True,
         timeout_s: float = 600,
+        health_timeout_s: float | None = None,
     ) -> EngineInfo:
-        body = {
+        body: dict[str, Any] = {
             "kind": kind,
             "config": config,
             "gpus": gpus,
@@ -144,6 +145,8 @@ class AgentClient:
             "options": options or {},
             "wait": wait,
         }
+        if health_timeout_s is not None:  # the engine spec's own limit otherwise
+            body["health_timeout_s"] = health_timeout_s
         data = await self._request(
             "POST",
             "/v1/engines",
@@ -152,9 +155,14 @@ class AgentClient:
         )
         return engine_info_from_dict(data)
 
-    async def stop(self, engine_id: str) -> EngineInfo:
+    async def stop(self, engine_id: str, remove_volumes: Sequence[str] = ()) -> EngineInfo:
+        """Stop the engine; its volumes stay unless ``remove_volumes`` names them (as the
+        engine's ``volumes`` lists them), which deletes their data."""
         data = await self._request(
-            "POST", f"/v1/engines/{engine_id}/stop", client_timeout=aiohttp.ClientTimeout(total=300)
+            "POST",
+            f"/v1/engines/{engine_id}/stop",
+            json_body={"remove_volumes": list(remove_volumes)} if remove_volumes else None,
+            client_timeout=aiohttp.ClientTimeout(total=300),
         )
         return engine_info_from_dict(data)
 

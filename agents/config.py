@@ -50,7 +50,6 @@ class AgentConfig:
     replay_gpus: int = 1
     node_name: str = field(default_factory=socket.gethostname)
     state_dir: Path = field(default_factory=default_state_dir)
-    health_timeout_s: float = 180.0
     health_interval_s: float = 5.0
     """How often a ready engine's health route is asked again (a hung engine turns
     unhealthy within about this plus the 2 s probe timeout)."""

@@ -10,7 +10,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -21,8 +21,9 @@ from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.protocol import AgentEvent
-from agents.runtime import Deployment, Runtime, RuntimeError_
+from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
 from agents.security import check_start_request
+from agents.start_gate import checked_health_timeout, health_gate
 from telemetry import EngineTelemetry
 
 log = logging.getLogger(__name__)
@@ -232,8 +233,10 @@ class EngineManager:
         gpus: list[int] | None,
         options: dict[str, Any],
         runtime: str | None,
+        health_timeout_s: float | None = None,
     ) -> Deployment:
         """Validate a start request against the policy and build its record."""
+        health_timeout_s = checked_health_timeout(health_timeout_s)
         runtime_name = self._pick_runtime(kind, runtime)
         if runtime_name == "sim":
             # A simulator imitates one engine; the allow-list entry that matters is "sim".
@@ -269,6 +272,7 @@ class EngineManager:
             port=port,
             simulated=runtime_name == "sim",
             options={k: v for k, v in options.items() if k == "model_dir"},
+            start_timeout_s=health_timeout_s or get_spec(kind).start_timeout_s,
         )
         try:  # what the runtime would refuse, before a record exists or a swap stops anything
             self.runtimes[runtime_name].check(dep)
@@ -285,8 +289,9 @@ class EngineManager:
         options: dict[str, Any] | None = None,
         runtime: str | None = None,
         wait: bool = True,
+        health_timeout_s: float | None = None,
     ) -> Deployment:
-        dep = self.prepare(kind, launch, gpus, options or {}, runtime)
+        dep = self.prepare(kind, launch, gpus, options or {}, runtime, health_timeout_s)
         self.deployments[dep.id] = dep
         lock = self._locks[dep.id] = asyncio.Lock()
 
@@ -334,31 +339,14 @@ class EngineManager:
         return dep_id in self._starting or (lock is not None and lock.locked())
 
     async def _gate(self, dep: Deployment) -> bool:
-        """Wait for the engine's own idea of ready (a loading 503 is not a failure)."""
-        runtime = self.runtime_for(dep)
-        path = get_spec(dep.kind).health_path
-        deadline = time.monotonic() + self.config.health_timeout_s
-        while time.monotonic() < deadline:
-            if dep.state == "crashed":  # the watcher saw it die
-                break
-            status, health = await self._probe(dep)
-            if health == "ready":
-                dep.state, dep.health, dep.healthy_at = "ready", "healthy", time.time()
-                self.emit("healthy", dep.id, f"{dep.url}{path} answered {status}")
-                return True
-            dep.state, dep.health = "loading", "loading"
-            if status is None and await runtime.status(dep) != "running":
-                dep.message = "the engine exited before it became healthy"
-                break
-            await asyncio.sleep(0.5)
-        else:
-            dep.message = f"not healthy within {self.config.health_timeout_s:.0f} s"
-        dep.state, dep.health = "crashed", "dead"
-        self.emit("failed", dep.id, dep.message or "died while starting")
-        return False
+        return await health_gate(dep, self.runtime_for(dep), self._probe, self.emit)
 
-    async def stop(self, dep_id: str) -> Deployment:
+    async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
+        """Stop and remove the engine; its named volumes (model caches) stay unless
+        ``remove_volumes`` names them, each exactly as the deployment lists them."""
         dep = self.get(dep_id)
+        names = list(dict.fromkeys(remove_volumes))
+        await self._check_volume_removal(dep, names)  # before anything is stopped
         starting = self._starting.get(dep_id)
         if starting is not None:  # an operator's stop ends a start-up still waiting for health
             starting.cancel()
@@ -366,10 +354,44 @@ class EngineManager:
                 await starting
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
             await self._take_down(dep)
-            self.emit("stopped", dep.id)
+            not_removed = await self._remove_volumes(dep, names) if names else None
+            removed = f"removed volumes {', '.join(names)}" if names and not not_removed else ""
+            self.emit("stopped", dep.id, removed)
         self.deployments.pop(dep_id, None)
         self.scraper.forget(dep_id)
+        if not_removed:
+            raise ManagerError(409, f"engine {dep_id} stopped, but {not_removed}")
         return dep
+
+    async def _check_volume_removal(self, dep: Deployment, names: list[str]) -> None:
+        """Refuse (400, nothing done) a name the deployment does not mount, or a volume
+        another container uses: a removal deletes exactly what the operator named."""
+        if unknown := [n for n in names if n not in dep.volumes]:
+            mounted = ", ".join(dep.volumes) or "no named volumes"
+            raise ManagerError(
+                400,
+                f"engine {dep.id} does not mount {', '.join(unknown)} (it mounts {mounted}): "
+                "nothing was stopped or removed",
+            )
+        runtime = self.runtime_for(dep)
+        for name in names:
+            assert isinstance(runtime, VolumeRuntime)  # only these list volumes
+            if users := await runtime.volume_users(name, dep):
+                raise ManagerError(
+                    400,
+                    f"volume {name} is also used by {', '.join(users)}: stop those first; "
+                    "nothing was stopped or removed",
+                )
+
+    async def _remove_volumes(self, dep: Deployment, names: list[str]) -> str | None:
+        """Remove the named volumes of a stopped deployment; why not, where one stayed."""
+        runtime = self.runtime_for(dep)
+        assert isinstance(runtime, VolumeRuntime)  # checked by _check_volume_removal
+        try:
+            await runtime.remove_volumes(names)
+        except RuntimeError_ as exc:  # taken by a container started since the check
+            return str(exc)
+        return None
 
     async def _take_down(self, dep: Deployment) -> None:
         dep.state = "stopping"
@@ -392,15 +414,16 @@ class EngineManager:
         options = old.options if options is None else options  # keep the model mount
         candidate = self.prepare(new_kind, launch, list(old.gpu_ids), options, old.runtime)
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
-            previous = (old.kind, dict(old.config), dict(old.options))
+            previous = (old.kind, dict(old.config), dict(old.options), old.start_timeout_s)
             await self._take_down(old)
             old.kind, old.config, old.options = candidate.kind, candidate.config, candidate.options
+            old.start_timeout_s = candidate.start_timeout_s
             if await self._bring_up(old):
                 self.emit("swapped", dep_id, f"now {old.kind} {old.config.get('model', '')}")
                 return old
             reason = old.message
             await self._take_down(old)
-            old.kind, old.config, old.options = previous
+            old.kind, old.config, old.options, old.start_timeout_s = previous
             ok = await self._bring_up(old)
             old.message = f"swap failed ({reason}); " + (
                 "rolled back to the previous engine" if ok else "roll-back failed too"

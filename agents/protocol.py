@@ -76,6 +76,15 @@ class EngineInfo:
     exit_code: int | None = None
     """A crashed engine's exit status, where the runtime knows it (an adopted process
     that died while no agent watched left none)."""
+    start_timeout_s: float | None = None
+    """How long the start's health gate waits: the start request's ``health_timeout_s``,
+    else the engine spec's ``start_timeout_s``."""
+    last_log_line: str | None = None
+    """While starting or loading (and after a failed start): the engine's newest log line,
+    so a long load shows what it is doing."""
+    volumes: tuple[str, ...] = ()
+    """Named Docker volumes the deployment mounts (its model caches): a stop keeps them;
+    ``POST .../stop`` with ``remove_volumes`` naming them removes them too."""
 
 
 EVENT_KINDS = (

@@ -133,7 +133,9 @@ START_FIELDS: dict[str, type] = {
     "options": dict,
     "runtime": str,
     "wait": bool,
+    "health_timeout_s": object,  # seconds, bounds checked by the manager
 }
+STOP_FIELDS: dict[str, type] = {"remove_volumes": list}
 SWAP_FIELDS: dict[str, type] = {"config": dict, "kind": str, "options": dict}
 
 
@@ -207,6 +209,7 @@ async def start(request: web.Request) -> web.StreamResponse:
         options=body.get("options") or {},
         runtime=body.get("runtime"),
         wait=body.get("wait", True),
+        health_timeout_s=body.get("health_timeout_s"),
     )
     request[AUDIT_DETAILS] = {"engine": dep.id}
     if dep.state in ("ready", "starting", "loading"):
@@ -219,7 +222,14 @@ async def start(request: web.Request) -> web.StreamResponse:
 
 @_audited("stop")
 async def stop(request: web.Request) -> web.StreamResponse:
-    dep = await request.app[MANAGER].stop(request.match_info["id"])
+    """A plain stop keeps the engine's volumes; ``{"remove_volumes": [names]}`` removes
+    those it names too (each must be one the deployment lists)."""
+    body = await _body(request, STOP_FIELDS) if request.can_read_body else {}
+    names = body.get("remove_volumes") or []
+    if not all(isinstance(n, str) and n for n in names):
+        raise ManagerError(400, "remove_volumes must be a list of volume names")
+    request[AUDIT_DETAILS] = {"remove_volumes": names} if names else {}
+    dep = await request.app[MANAGER].stop(request.match_info["id"], remove_volumes=names)
     return json_response(to_dict(dep.info()))
 
 

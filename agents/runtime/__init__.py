@@ -6,9 +6,9 @@ manager drives all of them through :class:`Runtime`."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from agents.protocol import EngineInfo
 from agents.security import redacted
@@ -35,6 +35,11 @@ class Deployment:
     healthy_at: float | None = None
     """Epoch s of the last good health answer (the gate, then the manager's health watch)."""
     exit_code: int | None = None
+    start_timeout_s: float | None = None
+    """The health gate's limit (see EngineInfo); None: the engine spec's."""
+    last_log_line: str | None = None
+    volumes: tuple[str, ...] = ()
+    """Named volumes it mounts, as its runtime found them after the start or adoption."""
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -62,6 +67,9 @@ class Deployment:
             message=self.message,
             healthy_at=self.healthy_at,
             exit_code=self.exit_code,
+            start_timeout_s=self.start_timeout_s,
+            last_log_line=self.last_log_line,
+            volumes=self.volumes,
         )
 
 
@@ -110,3 +118,15 @@ class Runtime(Protocol):
 
     def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
         """Start reporting exits; returns a function that stops watching (or None)."""
+
+
+@runtime_checkable
+class VolumeRuntime(Protocol):
+    """A runtime whose deployments mount named volumes (Compose), which a stop keeps and
+    an operator's explicit "remove with data" removes."""
+
+    async def volume_users(self, name: str, dep: Deployment) -> list[str]:
+        """Containers other than ``dep``'s that use the volume, in words."""
+
+    async def remove_volumes(self, names: Sequence[str]) -> None:
+        """Remove the volumes; RuntimeError_ naming the first that cannot go."""

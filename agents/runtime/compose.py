@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -140,12 +140,42 @@ class ComposeRuntime:
         path, env = self.render(dep)
         self.state.save(dep, compose_file=str(path), env=env)
         await self._compose(dep, "up", "-d", "--no-build", "--pull", "never", env=env)
+        dep.volumes = await asyncio.to_thread(self._volumes, dep)
 
     async def stop(self, dep: Deployment, timeout_s: float) -> None:
         # Never "-v": the engine's named volume is the node's model cache, shared by every
         # deployment of that engine; removing it would lose downloaded models.
         await self._compose(dep, "down", "--remove-orphans", "-t", str(int(timeout_s)))
         self.state.remove(dep.id)
+
+    def _volumes(self, dep: Deployment) -> tuple[str, ...]:
+        """The Docker volumes the project's containers mount, as Docker names them."""
+        return _mounted_volumes(self._containers(dep))
+
+    async def volume_users(self, name: str, dep: Deployment) -> list[str]:
+        def users() -> list[str]:
+            found = self.docker.containers.list(all=True, filters={"volume": name})
+            return [
+                f"container {c.name} ({c.status})"
+                for c in found
+                if c.labels.get("com.docker.compose.project") != dep.project
+            ]
+
+        return await asyncio.to_thread(users)
+
+    async def remove_volumes(self, names: Sequence[str]) -> None:
+        import docker.errors
+
+        def remove() -> None:
+            for name in names:
+                try:
+                    self.docker.volumes.get(name).remove()
+                except docker.errors.NotFound:
+                    continue  # already gone: what was asked for holds
+                except docker.errors.APIError as exc:
+                    raise RuntimeError_(f"volume {name} could not be removed: {exc}") from exc
+
+        await asyncio.to_thread(remove)
 
     def _containers(self, dep: Deployment) -> list[Any]:
         label = f"com.docker.compose.project={dep.project}"
@@ -204,6 +234,7 @@ class ComposeRuntime:
                     config={},
                 )
                 dep.port = _host_port(group[0])
+            dep.volumes = _mounted_volumes(group)  # a removal names them exactly
             if not any(c.status == "running" for c in group):
                 dead = group[0]
                 dep.exit_code = dead.attrs.get("State", {}).get("ExitCode")
@@ -256,6 +287,16 @@ class ComposeRuntime:
         thread = threading.Thread(target=pump, daemon=True, name="docker-events")
         thread.start()
         return stream.close  # type: ignore[no-any-return]
+
+
+def _mounted_volumes(containers: list[Any]) -> tuple[str, ...]:
+    names = (
+        m["Name"]
+        for c in containers
+        for m in c.attrs.get("Mounts") or ()
+        if m.get("Type") == "volume" and m.get("Name")
+    )
+    return tuple(dict.fromkeys(names))
 
 
 def _host_port(container: Any) -> int | None:

@@ -22,6 +22,7 @@ class LlamacppSpec(EngineSpec):
     jetson_image = "dustynv/llama_cpp:r36.4.0"
     cpu_image = RIG_IMAGE
     container_port = 8080
+    start_timeout_s = 906.0
     entrypoint = ("llama-server",)
     # binds its port first and answers 503 "Loading model" while loading
     refuses_while_loading = False
@@ -130,6 +131,7 @@ class OllamaSpec(EngineSpec):
     image = "ollama/ollama:0.12.6"
     jetson_image = "dustynv/ollama:r36.4.0"
     container_port = 11434
+    start_timeout_s = 66.0
     entrypoint = ("ollama",)
     health_path = "/"  # answers "Ollama is running"; models load per request
     refuses_while_loading = False

@@ -48,6 +48,7 @@ class VllmSpec(EngineSpec):
     image_version = "0.11.0"
     jetson_image = "dustynv/vllm:0.8.6-r36.4-cu128-24.04"
     container_port = 8000
+    start_timeout_s = 1815.0
     # The API-server module works in every release and in the Jetson image
     # (which has no ENTRYPOINT), unlike the image-specific `vllm serve`.
     entrypoint = ("python3", "-m", "vllm.entrypoints.openai.api_server")
@@ -106,6 +107,7 @@ class SglangSpec(EngineSpec):
     image = "lmsysorg/sglang:v0.5.3-cu126"
     image_version = "0.5.3"
     container_port = 30000
+    start_timeout_s = 915.0
     entrypoint = ("python3", "-m", "sglang.launch_server")
     loading_status = 503  # through the warm-up request, once the port opened
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
@@ -171,6 +173,7 @@ class TgiSpec(EngineSpec):
     image = "ghcr.io/huggingface/text-generation-inference:3.3.4"
     image_version = "3.3.4"
     container_port = 80
+    start_timeout_s = 915.0
     entrypoint = ("text-generation-launcher",)
     exact_length_style = None  # no ignore_eos / min_tokens on the OpenAI route
     length_fields = frozenset()
@@ -229,6 +232,7 @@ class TrtllmSpec(EngineSpec):
     image = "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"
     image_version = "1.0.0"
     container_port = 8000
+    start_timeout_s = 1815.0
     entrypoint = ("trtllm-serve",)
     # /metrics is per-iteration JSON; the Prometheus registry is mounted at
     # /prometheus/metrics.  parse_metrics reads both (it sniffs the payload).
@@ -283,6 +287,7 @@ class LmdeploySpec(EngineSpec):
     image = "openmmlab/lmdeploy:v0.10.2-cu12"
     image_version = "0.10.2"
     container_port = 23333
+    start_timeout_s = 915.0
     entrypoint = ("lmdeploy", "serve", "api_server")
     checks_model_name = True
     # min_new_tokens lengthens answers, but forcing needs only max_tokens + ignore_eos

@@ -69,6 +69,11 @@ class EngineSpec:
     image_version: str | None = None
     """Engine version in ``image``: picks metric names when the caller knows no better."""
     container_port: int
+    start_timeout_s: float
+    """How long the agent waits for the engine's health after a start before it calls the
+    start failed: the longest any of the engine's Compose files lets its healthcheck run
+    (``start_period`` + ``retries`` x ``interval``), since a large model's load or an
+    engine build takes that long; a start request may set its own (``health_timeout_s``)."""
     entrypoint: tuple[str, ...]
     health_path: str = "/health"
     refuses_while_loading: bool = True

@@ -26,7 +26,6 @@ def make_config(tmp_path: Path) -> Callable[..., AgentConfig]:
             "state_dir": tmp_path / "state",
             "node_name": "testnode",
             "adopt_on_start": False,
-            "health_timeout_s": 60.0,
         }
         values.update(overrides)
         return AgentConfig(**values)

@@ -2,7 +2,8 @@
 native llamacpp (or vLLM) binary.  It takes the engine's flags, answers ``/health``, and
 serves ``/metrics`` and ``/slots`` from the files ``metrics`` and ``slots`` next to its
 ``-m`` / ``--model`` "model" (read per request, so a test changes what it serves by
-rewriting them)."""
+rewriting them).  With a file ``loading`` there it never finishes loading: /health
+answers llama-server's 503 "Loading model" and the log's last line is the file's text."""
 
 from __future__ import annotations
 
@@ -19,8 +20,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     args, _ = parser.parse_known_args()  # -np, -c, --metrics... mean nothing here
     pages = Path(args.model).parent
+    loading = pages / "loading"
+    if loading.is_file():
+        print(loading.read_text().strip(), flush=True)
 
     async def health(request: web.Request) -> web.Response:
+        if loading.is_file():
+            error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+            return web.json_response({"error": error}, status=503)
         return web.json_response({"status": "ok"})
 
     async def page(request: web.Request) -> web.Response:

@@ -405,3 +405,97 @@ async def test_the_api_key_reaches_the_container_by_environment_not_command_line
     keyless_env = by_engine[started.id]["Config"]["Env"]
     assert not any(e.startswith("LLAMA_API_KEY=") for e in keyless_env), keyless_env
     assert containers(node) == []
+
+
+@pytest.fixture
+def cache_volume(node: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The llama.cpp model-cache volume under a name of this test only (the agent runs in
+    this process: Compose reads MODEL_CACHE_VOLUME from its environment); afterwards the
+    test's containers go, then the volume, whatever the test left."""
+    name = f"itest-cache-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("MODEL_CACHE_VOLUME", name)
+    try:
+        yield name
+    finally:
+        if leftovers := containers(node):
+            subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+        for volume in (name, f"{name}-bystander"):
+            subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+
+
+def docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60)
+
+
+async def volume_exists(name: str) -> bool:
+    return (await asyncio.to_thread(docker, "volume", "inspect", name)).returncode == 0
+
+
+async def volume_file(rig: object, volume: str, name: str) -> str:
+    """A file's text in an existing volume, read by a throw-away container."""
+    assert await volume_exists(volume), f"volume {volume} is gone"  # `run -v` would create it
+    image: str = rig.llama_image  # type: ignore[attr-defined]
+    out = await asyncio.to_thread(
+        docker, "run", "--rm", "--entrypoint", "/bin/busybox", "-v", f"{volume}:/cache",
+        image, "cat", f"/cache/{name}",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+async def test_stop_and_swap_keep_the_model_cache_and_only_a_named_removal_deletes_it(
+    rig: object, node: str, cache_volume: str, docker_config: AgentConfig
+) -> None:
+    async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("llamacpp", llama(rig, 2))
+        assert engine.health == "healthy", engine.message
+        assert (await client.engine(engine.id)).volumes == (cache_volume,)
+        (container,) = containers(node)
+        write = (
+            "exec",
+            container,
+            "/bin/busybox",
+            "sh",
+            "-c",
+            "echo downloaded > /cache/model.gguf",
+        )
+        assert (await asyncio.to_thread(docker, *write)).returncode == 0
+
+        # Neither a swap nor a stop deletes what the engine downloaded.
+        swapped = await client.swap(engine.id, llama(rig, 3))
+        assert swapped.health == "healthy" and swapped.volumes == (cache_volume,)
+        await client.stop(engine.id)
+        assert containers(node) == []
+        assert await volume_file(rig, cache_volume, "model.gguf") == "downloaded"
+
+        # "Remove with data" names what goes, exactly as the engine lists it.
+        engine = await client.start("llamacpp", llama(rig, 2))
+        assert engine.health == "healthy", engine.message
+        with pytest.raises(AgentError) as wrong:
+            await client.stop(engine.id, remove_volumes=["infer-top-gguf"])
+        assert wrong.value.status == 400
+        assert f"does not mount infer-top-gguf (it mounts {cache_volume})" in wrong.value.message
+        other = await client.start("llamacpp", llama(rig, 1))  # shares the node's cache
+        assert other.health == "healthy", other.message
+        with pytest.raises(AgentError) as shared:
+            await client.stop(engine.id, remove_volumes=[cache_volume])
+        assert shared.value.status == 400
+        assert f"volume {cache_volume} is also used by container" in shared.value.message
+        assert (await client.engine(engine.id)).state == "ready"  # refused: nothing stopped
+        assert await volume_file(rig, cache_volume, "model.gguf") == "downloaded"
+        await client.stop(other.id)
+
+        bystander = f"{cache_volume}-bystander"
+        assert (await asyncio.to_thread(docker, "volume", "create", bystander)).returncode == 0
+        await client.stop(engine.id, remove_volumes=[cache_volume])
+        assert not await volume_exists(cache_volume)
+        assert await volume_exists(bystander)
+        assert containers(node) == []
+    records = [json.loads(line) for line in docker_config.audit_log.read_text().splitlines()]
+    stops = [r for r in records if r["action"] == "stop" and r["engine"] == engine.id]
+    assert [(r["outcome"], r["status"]) for r in stops] == [
+        ("failed", 400),
+        ("failed", 400),
+        ("ok", 200),
+    ]
+    assert stops[-1]["remove_volumes"] == [cache_volume]

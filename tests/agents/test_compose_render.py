@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from agents.catalog_adapter import compose_path
 from agents.runtime import Deployment, RuntimeError_
 from agents.runtime.compose import ComposeRuntime
 from agents.runtime.state import StateStore
+from engines.catalog import PLATFORMS, UnsupportedOption, all_specs
 
 
 def runtime(tmp_path: Path, platform: str) -> ComposeRuntime:
@@ -64,3 +67,26 @@ def test_an_engine_without_a_file_for_the_platform_is_explained(tmp_path: Path) 
     dep = Deployment(id="x1", kind="vllm", runtime="compose", config={"model": "m"})
     with pytest.raises(RuntimeError_, match="no CPU compose file"):
         runtime(tmp_path, "cpu").render(dep)
+
+
+def test_each_engines_start_timeout_is_the_longest_its_compose_files_allow() -> None:
+    """The agent's health gate waits as long as Docker's own healthcheck would: the
+    start_period plus retries x interval of the slowest of the engine's Compose files."""
+
+    def seconds(value: str) -> float:
+        assert value.endswith("s") and value[:-1].isdigit(), value
+        return float(value[:-1])
+
+    for spec in all_specs():
+        budgets_s = {}
+        for platform in PLATFORMS:
+            try:
+                path = compose_path(spec, platform)
+            except UnsupportedOption:
+                continue
+            check = yaml.safe_load(path.read_text())["services"]["engine"]["healthcheck"]
+            budgets_s[path.name] = seconds(check["start_period"]) + check["retries"] * seconds(
+                check["interval"]
+            )
+        assert budgets_s, spec.kind
+        assert spec.start_timeout_s == max(budgets_s.values()), (spec.kind, budgets_s)

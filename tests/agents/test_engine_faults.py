@@ -22,7 +22,8 @@ from typing import Any
 import psutil
 import pytest
 
-from agents.client import AgentClient
+from agents.catalog_adapter import get_spec
+from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.protocol import EngineInfo
@@ -292,3 +293,63 @@ async def test_hung_llama_server_turns_unhealthy_and_back(
             kinds = [e.kind for e in await client.recent_events() if e.engine_id == engine.id]
             assert kinds[-2:] == ["unhealthy", "healthy"]
             await client.stop(engine.id)
+
+
+STUCK_LINE = "load_tensors: loading model tensors, layer 7 of 32"
+
+
+def never_ready(tmp_path: Path, name: str) -> dict[str, Any]:
+    """A stand-in that stays "Loading model" for ever, its last log line STUCK_LINE."""
+    launch = standin(tmp_path, name, [])
+    (Path(launch["model"]).parent / "loading").write_text(f"loading the model\n{STUCK_LINE}\n")
+    return launch
+
+
+async def test_start_waits_as_long_as_the_spec_or_the_request_says_and_shows_the_log(
+    standin_config: AgentConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The engine spec's own limit is what the gate waits (made short for the test).
+    monkeypatch.setattr(get_spec("llamacpp"), "start_timeout_s", 2.0)
+    async with embedded_agent(standin_config) as (url, token), AgentClient(url, token) as client:
+        began = time.monotonic()
+        with pytest.raises(AgentError) as spec_limit:
+            await client.start("llamacpp", never_ready(tmp_path, "a"), runtime="process")
+        assert spec_limit.value.status == 502
+        assert "not healthy within 2 s" in spec_limit.value.message
+        assert STUCK_LINE in spec_limit.value.message  # the engine's own last word
+        assert time.monotonic() - began < 30
+
+        # A start request's own limit wins; while it waits, the deployment shows the
+        # phase, the time waited and the engine's last log line.
+        waiting = await client.start(
+            "llamacpp",
+            never_ready(tmp_path, "b"),
+            runtime="process",
+            wait=False,
+            health_timeout_s=4,
+        )
+        assert waiting.start_timeout_s == 4
+        shown = await engine_where(
+            client, waiting.id, lambda e: e.last_log_line == STUCK_LINE, timeout_s=10
+        )
+        assert shown.state == "loading" and shown.last_log_line == STUCK_LINE, shown
+        assert shown.message and "of 4 s" in shown.message
+        failed = await engine_where(client, waiting.id, lambda e: e.state == "crashed", 20)
+        assert failed.message and "not healthy within 4 s" in failed.message, failed
+        assert STUCK_LINE in failed.message
+        for engine in await client.engines():
+            await client.stop(engine.id)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1e9, "600", True, float("nan")])
+async def test_start_refuses_a_bad_health_timeout_and_takes_a_good_one(
+    agent: tuple[str, AgentClient], bad: object
+) -> None:
+    _, client = agent
+    with pytest.raises(AgentError) as info:
+        await client.start("sim", {"profile": "h100-llama2-7b-vllm"}, health_timeout_s=bad)  # type: ignore[arg-type]
+    assert info.value.status == 400
+    assert "health_timeout_s must be a number of seconds from 1 to 7200" in info.value.message
+    assert await client.engines() == []
+    ok = await client.start("sim", {"profile": "h100-llama2-7b-vllm"}, health_timeout_s=30)
+    assert (ok.state, ok.start_timeout_s) == ("ready", 30)

@@ -17,6 +17,8 @@ from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 
+from .conftest import TOKEN
+
 
 @pytest.mark.docker  # the rig fixture (llama-server binary, tiny model) comes with the rig
 async def test_native_llama_server_lifecycle_and_adoption(
@@ -128,3 +130,22 @@ async def test_simulators_end_with_the_agent(make_config: Callable[..., AgentCon
         with pytest.raises(aiohttp.ClientConnectionError):
             async with http.get(f"{engine.url}/health") as resp:
                 await resp.read()
+
+
+async def test_a_removal_of_volumes_the_engine_does_not_mount_stops_nothing(agent: tuple) -> None:
+    url, client = agent
+    engine = await client.start("sim", {"profile": "h100-llama2-7b-vllm"})
+    assert engine.volumes == ()
+    with pytest.raises(AgentError) as info:
+        await client.stop(engine.id, remove_volumes=["infer-top-hf-cache"])
+    assert info.value.status == 400
+    assert "does not mount infer-top-hf-cache (it mounts no named volumes)" in info.value.message
+    stop = f"{url}/v1/engines/{engine.id}/stop"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        for body in ({"remove_volumes": "infer-top-hf-cache"}, {"remove_volumes": [""]}):
+            async with http.post(stop, json=body) as resp:
+                assert resp.status == 400, body
+                assert "remove_volumes must be" in (await resp.json())["error"]
+    assert (await client.engine(engine.id)).state == "ready"  # nothing was stopped
+    assert (await client.stop(engine.id)).state == "stopped"

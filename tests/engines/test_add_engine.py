@@ -58,6 +58,7 @@ class FakeSpec(EngineSpec):
     dialect = "fakeengine"
     image = "example.invalid/fakeengine:1.0"
     container_port = 9000
+    start_timeout_s = 60.0
     entrypoint = ("fake-serve",)
     memory = MemoryRule(0.5, "free", overhead_mib=512)
     metric_names = PromDialect(
@@ -166,7 +167,7 @@ async def test_a_real_agent_starts_and_scrapes_it(fake_engine: EngineSpec, tmp_p
     config = AgentConfig(
         token="t" * 32, platform="replay", port=0, interval_s=0.2,
         state_dir=tmp_path / "state", node_name="testnode", adopt_on_start=False,
-        health_timeout_s=60.0, native_binaries={"fakeengine": binary},
+        native_binaries={"fakeengine": binary},
         model_dirs=(tmp_path / "models",),
     )  # fmt: skip
     with engines_killed_afterwards(config.state_dir, str(STANDIN)):
