@@ -113,9 +113,9 @@ async def test_engine_killed_mid_run_loses_no_record(
     assert records[: len(before)] == before
     prompts = PromptSource(WORKLOAD)
     for record in (r for r in records if r.ok):
-        # a success is a whole answer, received before the engine died
+        # A success is a whole answer. One may end a moment after the kill: its last
+        # bytes were already on their way when the engine died, so no end-time bound.
         assert record.output_tokens == prompts.item(record.request_index).output_len
-        assert record.end_at is not None and record.end_at <= killed_at
         assert record.first_token_at is not None and not record.incomplete
 
     # The requests the kill caught in flight (the other workers') and every one sent
@@ -123,8 +123,10 @@ async def test_engine_killed_mid_run_loses_no_record(
     after = records[len(before) :]
     in_flight = [r for r in after if r.scheduled_at < killed_at]
     assert len(in_flight) == CONCURRENCY - 1
-    assert all(r.error_kind in (ErrorKind.BROKEN_STREAM, ErrorKind.CONNECT) for r in in_flight)
-    assert any(r.chunk_count > 0 for r in in_flight), "no stream was cut mid-answer"
+    assert all(
+        r.ok or r.error_kind in (ErrorKind.BROKEN_STREAM, ErrorKind.CONNECT) for r in in_flight
+    )
+    assert any(not r.ok and r.chunk_count > 0 for r in in_flight), "no stream was cut mid-answer"
     later = [r for r in after if r.scheduled_at > killed_at]
     assert len(later) == REQUESTS - len(before) - len(in_flight)
     assert all(r.error_kind is ErrorKind.CONNECT for r in later)
