@@ -65,6 +65,23 @@ def _content(chat: bool, text: str) -> bytes:
     return _chunk({"content": text}) if chat else _text_chunk(text)
 
 
+def _unchunk(data: bytes) -> tuple[bytes, bytes] | None:
+    """A chunked request body and what follows it; None until the last chunk arrived."""
+    body, pos = b"", 0
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size = int(data[pos:eol].split(b";")[0], 16)
+        end = eol + 2 + size + 2
+        if len(data) < end:
+            return None
+        if size == 0:
+            return body, data[end:]  # no trailers: the empty line ends the body
+        body += data[eol + 2 : eol + 2 + size]
+        pos = end
+
+
 ROLE_CHUNK = _chunk({"role": "assistant", "content": None})
 STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -116,10 +133,16 @@ class Conn(asyncio.Protocol):
         headers = {
             k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])
         }
-        length = int(headers.get("content-length", "0"))
-        if len(rest) < length:
-            return
-        body, self.buf = rest[:length], rest[length:]
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            unchunked = _unchunk(rest)  # as llama-server takes it (the agent's proxy sends it)
+            if unchunked is None:
+                return
+            body, self.buf = unchunked
+        else:
+            length = int(headers.get("content-length", "0"))
+            if len(rest) < length:
+                return
+            body, self.buf = rest[:length], rest[length:]
         recv, self.recv = self.recv, PERF()
         self.busy = True
         if method == "GET":  # the truth log, and what other clients probe first

@@ -1,0 +1,239 @@
+"""Agent proxy overhead: TTFT through ``/v1/engines/{id}/proxy`` vs straight to the engine.
+
+    .venv/bin/python -m benchmarks.proxy_bench [--streams 1,64] [--requests 200,2048]
+
+The agent runs as its own process (``python -m agents.cli``, replayed GPU, 1 s telemetry)
+and starts the engine with its process runtime: the native "llama-server" is the
+known-schedule server (tests/loadgen/sched_server.py, its own process, closing a connection
+after each streamed answer as llama-server does), so every request has a fixed, known
+server-side TTFT (20-40 ms, planned per request index) and the proxy's share is not hidden
+in engine noise.  The project's load generator (``run_load``, closed loop, engine kind
+``llamacpp`` as the control plane would drive it) runs in this process, alternately straight
+to the engine's URL (``direct``) and through ``<agent>/v1/engines/<id>/proxy/v1`` with the
+agent's token (``proxied``), in ``--rounds`` interleaved passes per stream count (the order
+flips every round), so machine noise hits both paths alike.
+
+Per stream count and path: TTFT p50 / p99 and ITL p50 over all measured requests, *added*
+= proxied - direct for each percentile, and the *overhead* = median of (measured TTFT -
+the server's own TTFT for that request, from its ``/_truth`` log), which leaves out the
+planned TTFT spread.  Agent CPU: user+system seconds of the agent process during the
+proxied passes, per proxied request and as % of a core (the direct passes give its idle
+baseline: telemetry sampling, subtracted for the per-request figure).  Goal (issue 16):
+the proxy adds < 1 ms TTFT p50 at 64 streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agents.client import AgentClient
+from benchmarks.agent_bench import cpu_model, free_port
+from loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
+from loadgen.process import run_in_new_loop
+from loadgen.stats import percentiles
+from runs.records import RequestRecord
+
+TOKEN = "bench-token-0123456789abcdef"
+SCHED = Path(__file__).resolve().parent.parent / "tests" / "loadgen" / "sched_server.py"
+SERVER_ARGS = "--ttft-ms 20 --ttft-spread-ms 20 --itl-ms 20 --close-after-stream"
+WORKLOAD = Workload(input_len=24, output_len=8)
+PATHS = ("direct", "proxied")
+
+
+@dataclass
+class PathResult:
+    records: list[RequestRecord] = field(default_factory=list)
+    overhead_s: list[float] = field(default_factory=list)
+    sent: int = 0
+    """Requests sent, warm-up included (the agent's CPU serves them all)."""
+    agent_cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+
+def _wrapper(tmp: Path) -> Path:
+    """The agent's native llama-server: the schedule server on the port the agent chose."""
+    wrapper = tmp / "llama-server"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'while [ $# -gt 0 ]; do [ "$1" = --port ] && port=$2; shift; done\n'
+        f'exec "{sys.executable}" "{SCHED}" --port "$port" {SERVER_ARGS}\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def _truth(engine_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(engine_url + "/_truth", timeout=60) as resp:
+        data: dict[str, Any] = json.load(resp)["requests"]
+    return data
+
+
+async def _pass(
+    target: Target, streams: int, requests: int, run_id: str, agent: psutil.Process
+) -> tuple[list[RequestRecord], int, float, float]:
+    sink = MemorySink()
+    spec = LoadSpec((ClosedLoop(streams),), requests_per_level=requests, warmup_requests=streams)
+    cpu0, t0 = agent.cpu_times(), time.perf_counter()
+    await run_load(spec, WORKLOAD, target, sink, run_id=run_id)
+    cpu1, wall = agent.cpu_times(), time.perf_counter() - t0
+    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return [r for r in sink.records if not r.warmup], len(sink.records), cpu, wall
+
+
+async def measure(
+    stream_counts: list[int], requests: list[int], rounds: int
+) -> tuple[dict[tuple[int, str], PathResult], str]:
+    port = free_port()
+    results = {(s, p): PathResult() for s in stream_counts for p in PATHS}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "token").write_text(TOKEN)
+        (tmp / "models").mkdir()
+        (tmp / "models" / "model.gguf").touch()
+        agent = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
+            "--token-file", str(tmp / "token"), "--replay-trace", "--interval", "1s",
+            "--state-dir", str(tmp / "state"), "--node-name", "bench",
+            "--native", f"llamacpp={_wrapper(tmp)}", "--model-dir", str(tmp / "models"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        proc = psutil.Process(agent.pid)
+        agent_url = f"http://127.0.0.1:{port}"
+        try:
+            async with AgentClient(agent_url, TOKEN) as client:
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        await client.node_info()
+                        break
+                    except Exception:
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.1)
+                launch = {"model": str(tmp / "models" / "model.gguf"), "max_num_seqs": 64}
+                engine = await client.start("llamacpp", launch, runtime="process")
+                try:
+                    if engine.url is None or engine.health != "healthy":
+                        raise RuntimeError(f"engine did not start: {engine.message}")
+                    targets = {
+                        "direct": Target(engine.url, "sched", engine_kind="llamacpp"),
+                        "proxied": Target(
+                            f"{agent_url}/v1/engines/{engine.id}/proxy/v1",
+                            "sched",
+                            engine_kind="llamacpp",
+                            api_key=TOKEN,
+                        ),
+                    }
+                    for streams, total in zip(stream_counts, requests, strict=True):
+                        per_pass = max(total // rounds, 1)
+                        for r in range(rounds):
+                            order = PATHS if r % 2 == 0 else PATHS[::-1]
+                            for path in order:
+                                print(f"{streams} streams, round {r + 1}, {path} ...",
+                                      file=sys.stderr)  # fmt: skip
+                                run_id = f"{path[0]}{streams}r{r}"
+                                recs, sent, cpu, wall = await _pass(
+                                    targets[path], streams, per_pass, run_id, proc
+                                )
+                                res = results[(streams, path)]
+                                res.records += recs
+                                res.sent += sent
+                                res.agent_cpu_s += cpu
+                                res.wall_s += wall
+                    truth = await asyncio.to_thread(_truth, engine.url)
+                finally:
+                    await client.stop(engine.id)
+        finally:
+            agent.terminate()
+            await agent.wait()
+    for res in results.values():
+        for rec in res.records:
+            entry = truth.get(f"{rec.run_id}-{rec.level_index}-{rec.request_index}")
+            if rec.ttft_s is not None and entry and entry["chunks"]:
+                res.overhead_s.append(rec.ttft_s - (entry["chunks"][0] - entry["recv"]))
+    return results, f"{os.getloadavg()[0]:.1f}"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1e3:.2f}"
+
+
+def report(results: dict[tuple[int, str], PathResult], stream_counts: list[int]) -> None:
+    print("| streams | path | requests (failed) | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | "
+          "added p50 ms | added p99 ms | overhead vs server median ms | agent CPU |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for streams in stream_counts:
+        base = None
+        for path in PATHS:
+            res = results[(streams, path)]
+            ok = [r for r in res.records if r.ttft_s is not None and r.error_kind is None]
+            ttft = percentiles(r.ttft_s for r in ok if r.ttft_s is not None)
+            itl = percentiles(gap for r in ok for gap in r.itl_s)
+            failed = len(res.records) - len(ok)
+            if base is None:
+                base = ttft
+                added = "", ""
+            else:
+                added = tuple(  # type: ignore[assignment]
+                    f"{(a - b) * 1e3:+.2f}" if a is not None and b is not None else "n/a"
+                    for a, b in ((ttft.p50, base.p50), (ttft.p99, base.p99))
+                )
+            over = statistics.median(res.overhead_s) if res.overhead_s else None
+            cpu_pct = 100 * res.agent_cpu_s / res.wall_s if res.wall_s else 0.0
+            cpu = f"{cpu_pct:.1f} % of a core"
+            if path == "proxied" and res.sent:
+                direct = results[(streams, "direct")]
+                idle_cpu_s = direct.agent_cpu_s / direct.wall_s * res.wall_s if direct.wall_s else 0
+                per_request = (res.agent_cpu_s - idle_cpu_s) / res.sent
+                cpu += f", {per_request * 1e6:.0f} µs/request above idle"
+            print(f"| {streams} | {path} | {len(res.records)} ({failed}) | {_ms(ttft.p50)} | "
+                  f"{_ms(ttft.p99)} | {_ms(itl.p50)} | {added[0]} | {added[1]} | "
+                  f"{_ms(over)} | {cpu} |")  # fmt: skip
+
+
+def _ints(value: str) -> list[int]:
+    return [int(v) for v in value.split(",")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=f"engine: sched_server.py {SERVER_ARGS}; workload: "
+        f"{WORKLOAD.input_len}-token prompts, {WORKLOAD.output_len}-token answers",
+    )
+    ap.add_argument("--streams", type=_ints, default=[1, 64], help="comma list (default 1,64)")
+    ap.add_argument("--requests", type=_ints, default=[200, 2048],
+                    help="measured requests per path for each --streams entry, split over the "
+                    "rounds (default 200,2048)")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=4, help="interleaved passes per path")
+    args = ap.parse_args()
+    if len(args.requests) != len(args.streams):
+        ap.error("--requests needs one count per --streams entry")
+    load0 = os.getloadavg()
+    t0 = dt.datetime.now(dt.UTC)
+    results, load1 = run_in_new_loop(measure(args.streams, args.requests, args.rounds))
+    print(f"\nMachine: {platform.machine()} {cpu_model()}, {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}; load average {load0[0]:.1f} / {load0[1]:.1f} / "
+          f"{load0[2]:.1f} at the start, {load1} at the end; {t0:%Y-%m-%d %H:%M} UTC, "
+          f"{(dt.datetime.now(dt.UTC) - t0).total_seconds():.0f} s\n")  # fmt: skip
+    report(results, args.streams)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""benchmarks/proxy_bench.py stays runnable: one request per path through a real agent process
+and its native engine (the schedule server), both paths answered and matched to the server's
+own stamps. The figures themselves live in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+from benchmarks.proxy_bench import PATHS, measure
+from loadgen.process import run_in_new_loop
+
+
+def test_the_proxy_benchmark_measures_both_paths() -> None:
+    results, _ = run_in_new_loop(measure([1], [2], 1))
+    for path in PATHS:
+        res = results[(1, path)]
+        assert len(res.records) == 2, path
+        assert all(r.error_kind is None and r.ttft_s for r in res.records), res.records
+        # the agent's proxy streams the request body chunked: the server must read it
+        assert len(res.overhead_s) == 2 and all(o > 0 for o in res.overhead_s), path
