@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -232,7 +232,7 @@ class AgentClient:
 
     async def load_events(
         self, run_id: str, after: int = 0, *, read_timeout_s: float = 30.0
-    ) -> AsyncIterator[tuple[int, RunEvent]]:
+    ) -> AsyncGenerator[tuple[int, RunEvent], None]:
         """The run's events after sequence number ``after`` with their numbers, to its
         final event. One connection: a broken or silent one (the agent says something at
         least every few seconds) is an AgentError with status 0; resume from the last

@@ -1,0 +1,160 @@
+"""A load run generated on the node and recorded by the control plane (control/noderuns.py)
+with a simulated engine on loopback: the connection to the agent goes through a relay the
+test cuts mid-run, and every record still reaches SQLite exactly once; leaving the run
+early stops it on the node. The multi-host proof (a real llama-server on another node, a
+downed link) is tests/fleet/."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from pathlib import Path
+
+from agents.client import AgentClient
+from control.noderuns import run_on_node
+from loadgen.profiles import LoadSpec, concurrency_sweep
+from loadgen.workload import Workload
+from runs.events import RunEvent
+from runs.records import RequestRecord
+from store import RunRecorder, open_store
+from tests.waiting import apoll_until
+
+from .conftest import TOKEN
+from .test_loadruns import SIM, served_model
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 in front of the agent, which the test can cut (every
+    connection dropped, new ones refused) and restore on the same port."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        self.writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+class Seen:
+    """The recorder, and every event handed to it (to count what reached it)."""
+
+    def __init__(self, recorder: RunRecorder) -> None:
+        self.recorder = recorder
+        self.events: list[RunEvent] = []
+
+    def on_event(self, event: RunEvent, /) -> None:
+        self.events.append(event)
+        self.recorder.on_event(event)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return [e for e in self.events if isinstance(e, RequestRecord)]
+
+
+def stored(db: Path) -> tuple[str, dict[str, object], list[tuple[int, int]], int]:
+    with sqlite3.connect(db) as conn:
+        ((status, profile),) = conn.execute("SELECT status, profile_json FROM runs").fetchall()
+        ids = conn.execute("SELECT level_index, request_index FROM requests").fetchall()
+        rejected = conn.execute("SELECT count(*) FROM rejected_rows").fetchone()[0]
+    return status, json.loads(profile), ids, rejected
+
+
+async def test_a_cut_connection_loses_no_record_and_stores_none_twice(
+    agent: tuple[str, AgentClient], tmp_path: Path
+) -> None:
+    url, client = agent
+    engine = await client.start("sim", SIM)
+    relay = Relay(int(url.rsplit(":", 1)[1]))
+    await relay.open()
+    db = tmp_path / "runs.db"
+    store = open_store(db)
+    seen = Seen(RunRecorder(store))
+    spec = LoadSpec(levels=concurrency_sweep([1, 2]), requests_per_level=30)
+    try:
+        async with AgentClient(f"http://127.0.0.1:{relay.port}", TOKEN) as far:
+            run = run_on_node(
+                far, engine.id, spec, Workload(input_len=16, output_len=16), seen,
+                model=await served_model(url, engine.id), origin="bench",
+            )  # fmt: skip
+            async with contextlib.aclosing(run):
+                async for _ in run:
+                    if len(seen.records) >= 5:
+                        break_at = len(seen.events)
+                        break
+                await relay.cut()
+                # The run goes on on the node while the link is down.
+                await apoll_until(
+                    client.loads,
+                    "the node's run to go on without us",
+                    done=lambda runs: runs[0].last_seq > break_at + 10,
+                )
+                await relay.open()
+                ends = [event async for event in run]
+    finally:
+        store.close()
+    assert type(ends[-1]).__name__ == "RunFinished", ends[-1]
+    keys = [(r.level_index, r.request_index) for r in seen.records]
+    assert len(keys) == 60 and len(set(keys)) == 60  # every record, once
+    status, profile, ids, rejected = stored(db)
+    assert status == "completed"
+    assert sorted(ids) == sorted(keys) and rejected == 0
+    assert profile["placement"] == {
+        "engine_node": "testnode",
+        "load_node": "testnode",
+        "path": "node-local",
+    }
+
+
+async def test_leaving_a_node_run_early_stops_it_there_and_keeps_its_records(
+    agent: tuple[str, AgentClient], tmp_path: Path
+) -> None:
+    url, client = agent
+    engine = await client.start("sim", SIM)
+    db = tmp_path / "runs.db"
+    store = open_store(db)
+    recorder = RunRecorder(store)
+    seen = Seen(recorder)
+    spec = LoadSpec(levels=concurrency_sweep([2]), requests_per_level=10_000)
+    try:
+        run = run_on_node(
+            client, engine.id, spec, Workload(input_len=16, output_len=64), seen,
+            model=await served_model(url, engine.id),
+        )  # fmt: skip
+        async with contextlib.aclosing(run):
+            async for _ in run:
+                if len(seen.records) >= 3:
+                    break
+    finally:
+        store.close()
+    assert recorder.status == "interrupted", recorder.reason
+    [node_run] = await client.loads()
+    assert node_run.state == "RunInterrupted"  # stopped on the node
+    status, _profile, ids, rejected = stored(db)
+    assert status == "interrupted" and rejected == 0
+    assert len(ids) == len(seen.records) >= 3
+    assert any(r.incomplete for r in seen.records)  # the cut ones came back too
