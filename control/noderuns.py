@@ -16,12 +16,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.client import AgentClient, AgentError
+from control.reach import find_node
 from loadgen.setup import plain
-from runs.events import END_EVENTS, ProgressEvent, RunEventSink, RunInterrupted
+from runs.events import (
+    END_EVENTS,
+    ProgressEvent,
+    RunEvent,
+    RunEventSink,
+    RunFinished,
+    RunInterrupted,
+    RunResult,
+)
 from runs.records import RequestRecord
 from runs.setup import Origin
 
@@ -135,3 +145,41 @@ async def _stop(client: AgentClient, run_id: str, record: RunEventSink, last_seq
                         last_seq = seq
     except (AgentError, TimeoutError) as exc:
         record.on_event(RunInterrupted(f"stopped; the node did not say how it ended: {exc}"))
+
+
+class NodeRunEnded(Exception):
+    """A node-side run ended without a result (it failed, or was stopped): in its words."""
+
+
+class _Emit:
+    def __init__(self, emit: Callable[[RunEvent], None]) -> None:
+        self.on_event = emit
+
+
+async def bench_on_node(
+    config_file: Path | None,
+    node_name: str,
+    engine_id: str,
+    spec: LoadSpec,
+    workload: Workload,
+    emit: Callable[[RunEvent], None],
+    *,
+    model: str,
+    chat: bool,
+    name: str | None,
+) -> RunResult:
+    """``infer-top bench --node --engine-id``: the run generated on the engine's node,
+    every event to ``emit``; its result, or NodeRunEnded when it had none."""
+    node = find_node(config_file, node_name)
+    last: ProgressEvent | None = None
+    async with AgentClient(node.url, node.read_token()) as client:
+        events = run_on_node(
+            client, engine_id, spec, workload, _Emit(emit),
+            model=model, chat=chat, origin="bench", name=name,
+        )  # fmt: skip
+        async with contextlib.aclosing(events):
+            async for event in events:
+                last = event
+    if isinstance(last, RunFinished):
+        return last.result
+    raise NodeRunEnded(f"the run on node {node_name} ended without a result: {last}")

@@ -15,10 +15,12 @@ from pathlib import Path
 from agents.client import AgentClient
 from control.noderuns import run_on_node
 from loadgen.profiles import LoadSpec, concurrency_sweep
+from loadgen.sinks import read_jsonl
 from loadgen.workload import Workload
 from runs.events import RunEvent
 from runs.records import RequestRecord
 from store import RunRecorder, open_store
+from tests.loadgen.conftest import bench
 from tests.waiting import apoll_until
 
 from .conftest import TOKEN
@@ -158,3 +160,32 @@ async def test_leaving_a_node_run_early_stops_it_there_and_keeps_its_records(
     assert status == "interrupted" and rejected == 0
     assert len(ids) == len(seen.records) >= 3
     assert any(r.incomplete for r in seen.records)  # the cut ones came back too
+
+
+async def test_bench_by_node_and_engine_id_generates_the_load_on_the_node(
+    agent: tuple[str, AgentClient], tmp_path: Path
+) -> None:
+    url, client = agent
+    engine = await client.start("sim", SIM)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[[nodes]]\nname = "testnode"\nurl = "{url}"\ntoken_file = "{token_file}"\n')
+    db, jsonl = tmp_path / "runs.db", tmp_path / "requests.jsonl"
+    code, _out, err = await bench(
+        "--config", str(config), "--node", "testnode", "--engine-id", engine.id,
+        "--concurrency", "1,2", "--requests", "4", "--input-len", "16", "--output-len", "8",
+        "--save", "--db", str(db), "--jsonl", str(jsonl),
+    )  # fmt: skip
+    assert code == 0, err
+    status, profile, ids, rejected = stored(db)
+    assert status == "completed" and len(set(ids)) == len(ids) == 8 and rejected == 0
+    assert profile["placement"] == {
+        "engine_node": "testnode",
+        "load_node": "testnode",
+        "path": "node-local",
+    }
+    assert len(read_jsonl(jsonl)[0]) == 8  # the records reached --jsonl here too
+    [node_run] = await client.loads()
+    assert node_run.state == "RunFinished"
