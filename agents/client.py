@@ -237,7 +237,10 @@ class AgentClient:
         final event. One connection: a broken or silent one (the agent says something at
         least every few seconds) is an AgentError with status 0; resume from the last
         number kept."""
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=read_timeout_s)
+        # A node cut off drops packets: connecting would wait for ever without a bound.
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s
+        )
         try:
             async with self.session.get(
                 f"{self.base_url}/v1/loads/{run_id}/events",

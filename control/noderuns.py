@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from loadgen.profiles import LoadSpec
     from loadgen.workload import Workload
 
+log = logging.getLogger(__name__)
+
 RECONNECT_BUDGET_S = 300.0
 """How long a lost node may stay unreachable before the run is given up here (the node
 keeps it)."""
@@ -62,12 +65,19 @@ async def run_on_node(
     origin: Origin = "script",
     name: str | None = None,
     reconnect_budget_s: float = RECONNECT_BUDGET_S,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> AsyncGenerator[ProgressEvent, None]:
     """Start the run on the engine's node and follow it (``follow_node_run``)."""
     run = await client.start_load(
         engine_id, plain(spec), plain(workload), model=model, chat=chat, origin=origin, name=name
     )
-    events = follow_node_run(client, run.run_id, record, reconnect_budget_s=reconnect_budget_s)
+    events = follow_node_run(
+        client,
+        run.run_id,
+        record,
+        reconnect_budget_s=reconnect_budget_s,
+        read_timeout_s=read_timeout_s,
+    )
     async with contextlib.aclosing(events):  # closing this one stops the run on the node
         async for event in events:
             yield event
@@ -79,6 +89,7 @@ async def follow_node_run(
     record: RunEventSink,
     *,
     reconnect_budget_s: float = RECONNECT_BUDGET_S,
+    read_timeout_s: float = READ_TIMEOUT_S,
 ) -> AsyncGenerator[ProgressEvent, None]:
     """Yield the node's run's progress events, the last of them its end; ``record`` gets
     every event (finished requests too) once, in order.  Use ``contextlib.aclosing``: an
@@ -90,7 +101,7 @@ async def follow_node_run(
     try:
         while True:
             try:
-                stream = client.load_events(run_id, last_seq, read_timeout_s=READ_TIMEOUT_S)
+                stream = client.load_events(run_id, last_seq, read_timeout_s=read_timeout_s)
                 async with contextlib.aclosing(stream):
                     async for seq, event in stream:
                         if seq <= last_seq:
@@ -118,6 +129,7 @@ async def follow_node_run(
                         f"run {run_id} may go on there",
                     )
                     return
+                log.info("run %s: %s; again in %g s", run_id, exc.message, retry_s)
                 await asyncio.sleep(retry_s)
                 retry_s = min(retry_s * 2, MAX_RETRY_S)
     finally:
