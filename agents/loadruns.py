@@ -27,7 +27,7 @@ from aiohttp import web
 from agents.keys import CONFIG, MANAGER
 from agents.manager import ManagerError
 from agents.protocol import LoadRunInfo, to_dict
-from agents.routes import AUDIT_DETAILS, _audited, _body, json_response
+from agents.routes import AUDIT_DETAILS, audited, json_response, read_body
 from agents.runtime import Deployment
 from agents.security import open_private, private_dir
 from loadgen.process import new_run_id
@@ -228,9 +228,9 @@ class LoadRuns:
 LOADS = web.AppKey("loads", LoadRuns)
 
 
-@_audited("load")
+@audited("load")
 async def start_load(request: web.Request) -> web.StreamResponse:
-    body = await _body(request, LOAD_FIELDS)
+    body = await read_body(request, LOAD_FIELDS)
     dep = request.app[MANAGER].get(request.match_info["id"])
     run = request.app[LOADS].start(dep, body)
     request[AUDIT_DETAILS] = {"engine": dep.id, "run_id": run.run_id}
@@ -266,7 +266,7 @@ async def load_events(request: web.Request) -> web.StreamResponse:
     return response
 
 
-@_audited("load-cancel")
+@audited("load-cancel")
 async def cancel_load(request: web.Request) -> web.StreamResponse:
     run = await request.app[LOADS].cancel(request.match_info["run_id"])
     return json_response(to_dict(run.info()))
