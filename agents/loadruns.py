@@ -17,7 +17,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, get_args
@@ -35,7 +35,7 @@ from loadgen.runner import Target
 from loadgen.setup import describe_run, spec_from_plain, workload_from_plain
 from loadgen.subproc import run_load_in_subprocess
 from runs.codec import event_to_dict
-from runs.events import END_EVENTS, RunEvent, RunFailed
+from runs.events import END_EVENTS, RunEvent, RunFailed, RunInterrupted
 from runs.setup import Origin
 
 KEEPALIVE_S = 5.0
@@ -77,7 +77,9 @@ class _EventLog:
     ``loadgen.subproc`` delivers from its loop and, while a stopped worker drains, from
     a thread: writes hold a lock, and readers are woken on the loop."""
 
-    def __init__(self, run: LoadRun, loop: asyncio.AbstractEventLoop, limit_bytes: int) -> None:
+    def __init__(
+        self, run: LoadRun, loop: asyncio.AbstractEventLoop | None, limit_bytes: int
+    ) -> None:
         self.run = run
         self.loop = loop
         self.limit_bytes = limit_bytes
@@ -96,14 +98,18 @@ class _EventLog:
                     f"({self.run.path}): run fewer requests per run"
                 )
                 line, final = self._line(event), True
-                self.loop.call_soon_threadsafe(self._stop)
+                self._soon(self._stop)
             self.file.write(line)
             self.file.flush()
             self.run.size_bytes += len(line)
             if final:
                 self.run.ended = type(event).__name__
                 self.file.close()
-        self.loop.call_soon_threadsafe(self._wake)
+        self._soon(self._wake)
+
+    def _soon(self, call: Callable[[], None]) -> None:
+        if self.loop is not None:  # None: a run taken back at start, nobody waits yet
+            self.loop.call_soon_threadsafe(call)
 
     def _line(self, event: RunEvent) -> str:
         seq = self.run.last_seq + 1
@@ -119,6 +125,30 @@ class _EventLog:
             waiter.set()
 
 
+def _taken_back(path: Path) -> LoadRun:
+    """The run whose events an earlier agent wrote to ``path`` (a last line torn as it
+    died is dropped)."""
+    events = []
+    for line in path.read_bytes().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            events.append(json.loads(line))
+    path.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in events))
+    first = events[0]["event"] if events else {}
+    setup = first.get("setup") or {}
+    run = LoadRun(
+        path.stem,
+        str(setup.get("deployment_id") or ""),
+        path,
+        float(first.get("started_at") or path.stat().st_mtime),
+        int(events[-1]["seq"]) if events else 0,
+        size_bytes=path.stat().st_size,
+    )
+    last = str(events[-1]["event"].get("type")) if events else ""
+    if last in {cls.__name__ for cls in END_EVENTS}:
+        run.ended = last
+    return run
+
+
 class LoadRuns:
     """The node's load runs, by id."""
 
@@ -127,6 +157,19 @@ class LoadRuns:
         self.node = node
         self.limit_bytes = limit_bytes
         self.runs: dict[str, LoadRun] = {}
+
+    def open(self) -> None:
+        """Take back the runs an earlier agent left in the state dir, so a control plane
+        that lost it resumes them; one that ended with that agent (its worker went with
+        it) gets its end: interrupted."""
+        if not self.dir.is_dir():
+            return
+        for path in sorted(self.dir.glob("*.jsonl")):
+            run = _taken_back(path)
+            if run.ended is None:
+                sink = _EventLog(run, None, self.limit_bytes)
+                sink.on_event(RunInterrupted("the agent stopped during the run"))
+            self.runs[run.run_id] = run
 
     def get(self, run_id: str) -> LoadRun:
         try:
@@ -275,6 +318,7 @@ async def cancel_load(request: web.Request) -> web.StreamResponse:
 async def _load_runs(app: web.Application) -> AsyncIterator[None]:
     config = app[CONFIG]
     loads = LoadRuns(config.state_dir, config.node_name, config.load_log_max_bytes)
+    loads.open()
     app[LOADS] = loads
     try:
         yield

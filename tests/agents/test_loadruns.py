@@ -153,3 +153,31 @@ async def test_a_run_that_outgrows_its_event_file_fails_in_words(
         assert log.stat().st_size <= 20_000 + 1_000  # the limit, and the final event
         [listed] = await client.loads()
         assert listed.state == "RunFailed"
+
+
+async def test_an_agent_started_again_takes_back_its_runs_and_ends_those_it_lost(
+    make_config: Callable[..., AgentConfig],
+) -> None:
+    config = make_config()
+    spec = plain(LoadSpec(levels=concurrency_sweep([1]), requests_per_level=4))
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("sim", SIM)
+        run = await client.start_load(
+            engine.id, spec, WORKLOAD, model=await served_model(url, engine.id)
+        )
+        before = await events_of(client, run.run_id)
+    loads = config.state_dir / "loads"
+    # A run whose agent died under it: some events, the last one torn mid-line.
+    lines = (loads / f"{run.run_id}.jsonl").read_text().splitlines()
+    (loads / "lostrun00001.jsonl").write_text("\n".join(lines[:5]) + "\n" + lines[5][:20])
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        assert await events_of(client, run.run_id) == before
+        lost = await events_of(client, "lostrun00001")
+        listed = {r.run_id: r for r in await client.loads()}
+    assert [seq for seq, _ in lost] == [1, 2, 3, 4, 5, 6]
+    assert lost[:5] == before[:5]
+    end = lost[-1][1]
+    assert isinstance(end, RunInterrupted) and "agent stopped" in end.reason
+    assert listed["lostrun00001"].state == "RunInterrupted"
+    assert (listed[run.run_id].state, listed[run.run_id].last_seq) == ("RunFinished", len(before))
+    assert listed[run.run_id].engine == engine.id
