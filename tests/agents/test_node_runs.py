@@ -20,11 +20,11 @@ from loadgen.workload import Workload
 from runs.events import RunEvent
 from runs.records import RequestRecord
 from store import RunRecorder, open_store
-from tests.loadgen.conftest import bench
+from tests.loadgen.conftest import ROOT, bench, infer_top_argv
 from tests.waiting import apoll_until
 
 from .conftest import TOKEN
-from .test_loadruns import SIM, served_model
+from .test_loadruns import SIM, events_of, served_model
 
 
 class Relay:
@@ -162,16 +162,22 @@ async def test_leaving_a_node_run_early_stops_it_there_and_keeps_its_records(
     assert any(r.incomplete for r in seen.records)  # the cut ones came back too
 
 
-async def test_bench_by_node_and_engine_id_generates_the_load_on_the_node(
-    agent: tuple[str, AgentClient], tmp_path: Path
-) -> None:
-    url, client = agent
-    engine = await client.start("sim", SIM)
+def node_config(tmp_path: Path, url: str) -> Path:
+    """The operator's config file naming the test's agent as node ``testnode``."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     token_file.chmod(0o600)
     config = tmp_path / "config.toml"
     config.write_text(f'[[nodes]]\nname = "testnode"\nurl = "{url}"\ntoken_file = "{token_file}"\n')
+    return config
+
+
+async def test_bench_by_node_and_engine_id_generates_the_load_on_the_node(
+    agent: tuple[str, AgentClient], tmp_path: Path
+) -> None:
+    url, client = agent
+    engine = await client.start("sim", SIM)
+    config = node_config(tmp_path, url)
     db, jsonl = tmp_path / "runs.db", tmp_path / "requests.jsonl"
     code, _out, err = await bench(
         "--config", str(config), "--node", "testnode", "--engine-id", engine.id,
@@ -189,3 +195,41 @@ async def test_bench_by_node_and_engine_id_generates_the_load_on_the_node(
     assert len(read_jsonl(jsonl)[0]) == 8  # the records reached --jsonl here too
     [node_run] = await client.loads()
     assert node_run.state == "RunFinished"
+
+
+async def test_bench_stopped_by_sigterm_stops_its_run_on_the_node(
+    agent: tuple[str, AgentClient], tmp_path: Path
+) -> None:
+    url, client = agent
+    engine = await client.start("sim", SIM)
+    db = tmp_path / "runs.db"
+    argv = infer_top_argv(
+        "bench", "--quiet", "--config", str(node_config(tmp_path, url)),
+        "--node", "testnode", "--engine-id", engine.id, "--concurrency", "2",
+        "--requests", "10000", "--input-len", "16", "--output-len", "64",
+        "--save", "--db", str(db),
+    )  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        runs = await apoll_until(
+            client.loads, "the run's first records", done=lambda r: r and r[0].last_seq > 20
+        )
+        proc.terminate()
+        _out, err = await asyncio.wait_for(proc.communicate(), 90)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 143, err.decode()
+    [node_run] = await client.loads()
+    assert (node_run.run_id, node_run.state) == (runs[0].run_id, "RunInterrupted")
+    status, _profile, ids, rejected = stored(db)
+    assert status == "interrupted" and len(ids) == len(set(ids)) >= 2 and rejected == 0
+    assert len(ids) == sum(
+        isinstance(e, RequestRecord) for _, e in await events_of(client, node_run.run_id)
+    )  # every record the node kept is stored here
