@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -19,13 +19,18 @@ import aiohttp
 from agents.protocol import (
     AgentEvent,
     EngineInfo,
+    LoadRunInfo,
     NodeInfo,
     ProtocolError,
     engine_info_from_dict,
     event_from_dict,
     frame_from_dict,
+    load_run_from_dict,
     node_info_from_dict,
 )
+from runs.codec import CodecError
+from runs.codec import event_from_dict as run_event_from_dict
+from runs.events import RunEvent
 from telemetry import TelemetryFrame
 
 log = logging.getLogger(__name__)
@@ -205,6 +210,67 @@ class AgentClient:
                     yield raw.decode(errors="replace").rstrip("\n")
         except aiohttp.ClientConnectionError as exc:
             raise AgentError(0, f"log stream from {self.base_url} broke: {exc!r}") from exc
+
+    # -- load runs on the node ---------------------------------------------------
+    async def start_load(
+        self,
+        engine_id: str,
+        spec: dict[str, Any],
+        workload: dict[str, Any],
+        *,
+        model: str,
+        chat: bool = True,
+        origin: str = "script",
+        name: str | None = None,
+    ) -> LoadRunInfo:
+        """Start a load run on the engine's node against that engine (``spec`` and
+        ``workload`` as ``loadgen.setup.plain`` gives them)."""
+        body = {"spec": spec, "workload": workload, "model": model, "chat": chat}
+        body |= {"origin": origin} | ({"name": name} if name else {})
+        data = await self._request("POST", f"/v1/engines/{engine_id}/loads", json_body=body)
+        return load_run_from_dict(data)
+
+    async def loads(self) -> list[LoadRunInfo]:
+        data = await self._request("GET", "/v1/loads")
+        return [load_run_from_dict(r) for r in data["loads"]]
+
+    async def cancel_load(self, run_id: str) -> LoadRunInfo:
+        data = await self._request("POST", f"/v1/loads/{run_id}/cancel")
+        return load_run_from_dict(data)
+
+    async def load_events(
+        self, run_id: str, after: int = 0, *, read_timeout_s: float = 30.0
+    ) -> AsyncGenerator[tuple[int, RunEvent], None]:
+        """The run's events after sequence number ``after`` with their numbers, to its
+        final event. One connection: a broken or silent one (the agent says something at
+        least every few seconds) is an AgentError with status 0; resume from the last
+        number kept."""
+        # A node cut off drops packets: connecting would wait for ever without a bound.
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s
+        )
+        try:
+            async with self.session.get(
+                f"{self.base_url}/v1/loads/{run_id}/events",
+                params={"after": str(after)},
+                headers=self._headers,
+                ssl=self._ssl,
+                timeout=timeout,
+            ) as resp:
+                if resp.status >= 400:
+                    data = _json_or_text(await resp.text())
+                    msg = data.get("error") if isinstance(data, dict) else data
+                    raise AgentError(resp.status, str(msg))
+                async for raw in resp.content:
+                    if raw.strip():  # a blank line: the run is quiet, the link alive
+                        line = json.loads(raw)
+                        yield int(line["seq"]), run_event_from_dict(line["event"])
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise AgentError(
+                0, f"load run {run_id} events from {self.base_url} broke: {exc!r}"
+            ) from exc
+        except (CodecError, ValueError, KeyError) as exc:
+            raise AgentError(0, f"load run {run_id}: a malformed event: {exc}") from exc
 
     # -- streams ----------------------------------------------------------------
     async def _ws_items(

@@ -59,6 +59,9 @@ class AgentConfig:
     native_binaries: dict[str, Path] = field(default_factory=dict)
     """Engine kind -> executable for the process runtime (llamacpp, ollama); only these run."""
     adopt_on_start: bool = True
+    load_log_max_bytes: int = 256 * 1024 * 1024
+    """Most bytes one node-side load run's event file may hold (about a million requests'
+    records); a run that outgrows it fails in words."""
     docker_events: bool = True
 
     def __post_init__(self) -> None:

@@ -114,6 +114,20 @@ class AgentEvent:
     """As TelemetryFrame.boot_id."""
 
 
+@dataclass(frozen=True, slots=True)
+class LoadRunInfo:
+    """A load run the agent generates on its node (``/v1/loads``)."""
+
+    run_id: str
+    engine: str
+    """The deployment it loads."""
+    started_at: float
+    last_seq: int
+    """The sequence number of its newest event."""
+    state: str
+    """running, or its final event: RunFinished, RunFailed, RunInterrupted."""
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     """A protocol dataclass as plain wire data (see ``reported``)."""
     result: dict[str, Any] = reported(asdict(obj))
@@ -214,3 +228,8 @@ def engine_info_from_dict(data: dict[str, Any]) -> EngineInfo:
 def event_from_dict(data: dict[str, Any]) -> AgentEvent:
     event: AgentEvent = _decode(AgentEvent, data)
     return event
+
+
+def load_run_from_dict(data: dict[str, Any]) -> LoadRunInfo:
+    info: LoadRunInfo = _decode(LoadRunInfo, data)
+    return info

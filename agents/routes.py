@@ -139,7 +139,7 @@ STOP_FIELDS: dict[str, type] = {"remove_volumes": list}
 SWAP_FIELDS: dict[str, type] = {"config": dict, "kind": str, "options": dict}
 
 
-async def _body(request: web.Request, fields: dict[str, type]) -> dict[str, Any]:
+async def read_body(request: web.Request, fields: dict[str, type]) -> dict[str, Any]:
     """The JSON object of a control request; any field it does not know, or of the wrong
     type, is refused (400) before anything happens: nothing is silently dropped."""
     try:
@@ -166,7 +166,7 @@ async def _body(request: web.Request, fields: dict[str, type]) -> dict[str, Any]
     return data
 
 
-def _audited(action: str) -> Callable[[Handler], Handler]:
+def audited(action: str) -> Callable[[Handler], Handler]:
     """Record every control action, refused ones too, with its outcome as the caller saw
     it (the status answered) and the deployment it concerned."""
 
@@ -196,9 +196,9 @@ def _audited(action: str) -> Callable[[Handler], Handler]:
     return wrap
 
 
-@_audited("start")
+@audited("start")
 async def start(request: web.Request) -> web.StreamResponse:
-    body = await _body(request, START_FIELDS)
+    body = await read_body(request, START_FIELDS)
     kind = body.get("kind")
     if kind is None:
         raise ManagerError(400, "a start request needs 'kind' (e.g. \"llamacpp\")")
@@ -220,11 +220,11 @@ async def start(request: web.Request) -> web.StreamResponse:
     return json_response({"error": error, "engine": to_dict(dep.info())}, status=502)
 
 
-@_audited("stop")
+@audited("stop")
 async def stop(request: web.Request) -> web.StreamResponse:
     """A plain stop keeps the engine's volumes; ``{"remove_volumes": [names]}`` removes
     those it names too (each must be one the deployment lists)."""
-    body = await _body(request, STOP_FIELDS) if request.can_read_body else {}
+    body = await read_body(request, STOP_FIELDS) if request.can_read_body else {}
     names = body.get("remove_volumes") or []
     if not all(isinstance(n, str) and n for n in names):
         raise ManagerError(400, "remove_volumes must be a list of volume names")
@@ -233,9 +233,9 @@ async def stop(request: web.Request) -> web.StreamResponse:
     return json_response(to_dict(dep.info()))
 
 
-@_audited("swap")
+@audited("swap")
 async def swap(request: web.Request) -> web.StreamResponse:
-    body = await _body(request, SWAP_FIELDS)
+    body = await read_body(request, SWAP_FIELDS)
     dep = await request.app[MANAGER].swap(
         request.match_info["id"],
         body.get("config") or {},

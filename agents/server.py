@@ -19,6 +19,7 @@ from agents import __version__
 from agents.collectors import GpuCollector
 from agents.config import AgentConfig, bundled_trace
 from agents.keys import AUDIT, CONFIG, MANAGER, NODE_INFO, REGISTRY, SAMPLER
+from agents.loadruns import add_load_routes
 from agents.manager import EngineManager
 from agents.metrics import make_registry
 from agents.protocol import NodeInfo
@@ -195,4 +196,5 @@ def create_app(
     app[AUDIT] = AuditLog(config.audit_log)
     add_routes(app)
     app.cleanup_ctx.append(_agent_ctx(gpu, runtimes))
+    add_load_routes(app)  # after the agent: its runs stop before the engines do
     return app

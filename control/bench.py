@@ -26,6 +26,7 @@ from rich.progress import (
 from agents.client import AgentError
 from control.config import ConfigError
 from control.loads import probe_engine
+from control.noderuns import NodeRunEnded, bench_on_node
 from control.reach import Placement, agent_target
 from loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
 from loadgen.profiles import (
@@ -59,7 +60,7 @@ from runs.events import (
     RunResult,
     RunStarted,
 )
-from runs.records import failures_by_kind
+from runs.records import RequestRecord, failures_by_kind
 from runs.units import duration_arg, parse_duration_s
 from store import RunRecorder, Store, open_store
 
@@ -106,12 +107,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = p.add_argument_group(
         "target",
         "either --url (the engine's own address) or --node and --engine-id (an engine an "
-        "agent runs: reached through the agent's proxy when the agent is on another machine)",
+        "agent runs: the load is generated on that node, next to the engine, and streamed "
+        "back; with --via-proxy it is generated here and sent through the agent's proxy)",
     )
     t.add_argument("--url", help="engine base URL, e.g. http://127.0.0.1:8080")
     t.add_argument("--node", help="a node named in the config file (see --config)")
     t.add_argument("--engine-id", help="the deployment id of an engine on --node")
     t.add_argument("--config", type=Path, default=None, help="config file naming the nodes")
+    t.add_argument(
+        "--via-proxy",
+        action="store_true",
+        help="with --node: generate the load here, through the agent's proxy (path proxied)",
+    )
     t.add_argument("--model", help="model name the engine serves (default: the engine's)")
     t.add_argument("--engine", default="openai", choices=known_kinds(), help="engine kind")
     t.add_argument("--api-key", default=None, help=f"bearer key (better: ${API_KEY_ENV})")
@@ -249,6 +256,9 @@ def run(args: argparse.Namespace) -> int:
     if (args.url is None) == (args.node is None) or (args.node is None) != (args.engine_id is None):
         err.print("[red]error:[/] name the engine by --url, or by --node and --engine-id")
         return 2
+    if args.via_proxy and args.node is None:
+        err.print("[red]error:[/] --via-proxy goes with --node and --engine-id")
+        return 2
     if args.node is not None:
         try:
             target, placement = run_in_new_loop(
@@ -308,19 +318,40 @@ def run(args: argparse.Namespace) -> int:
         if recorder is not None:
             recorder.on_event(event)
 
+    def emit_node(event: RunEvent) -> None:  # a node-side run's records reach the sinks here
+        if isinstance(event, RequestRecord):
+            sink.write(event)
+        elif isinstance(event, LevelFinished):
+            sink.level(event.summary)
+        emit(event)
+
     term = TermAsInterrupt()
     try:
         if progress is not None:
             progress.start()
         with term:
-            result = run_in_new_loop(
-                run_load(spec, workload, target, sink, emit, run_id=new_run_id(), setup=setup)
-            )
+            if args.node is not None and not args.via_proxy:
+                running = bench_on_node(
+                    args.config, args.node, args.engine_id, spec, workload, emit_node,
+                    model=target.model, chat=target.chat, name=args.name,
+                )  # fmt: skip
+            else:
+                running = run_load(
+                    spec, workload, target, sink, emit, run_id=new_run_id(), setup=setup
+                )
+            result = run_in_new_loop(running)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (timeout, systemd, CI)
         by = "SIGTERM" if term.received else "Ctrl-C"
         emit(RunInterrupted(f"stopped by {by}"))
         err.print(f"[yellow]interrupted by {by}[/]: finished and cut requests are in the sinks")
         return 143 if term.received else 130
+    except NodeRunEnded as exc:  # already recorded as the node said
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    except AgentError as exc:  # the node refused the run (unknown engine, bad spec)
+        emit(RunFailed(str(exc)))
+        err.print(f"[red]error:[/] {exc}")
+        return 1
     except (WorkloadError, OSError) as exc:  # e.g. the JSONL disk filled up mid-run
         emit(RunFailed(str(exc)))
         err.print(f"[red]error:[/] {exc}")

@@ -115,6 +115,8 @@ def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[Progre
 def path_label(setup: RunSetup) -> str:
     """Where the run's load came from and how it reached the engine, in words."""
     engine = f"engine on {setup.node}" if setup.node else "engine"
+    if setup.path == "node-local":
+        return f"load from {setup.load_node}, next to its engine (node-local)"
     if setup.path == "proxied":
         return f"load from {setup.load_node} → {engine}, through its agent's proxy (proxied)"
     at = f" at {setup.url}" if setup.url else ""

@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from agents.client import AgentClient
-from control.config import ConfigError, load_config
+from control.config import ConfigError, NodeConfig, load_config
 from loadgen.quirks import known_kinds
 from loadgen.runner import Target
 from runs.setup import RunPath
@@ -61,6 +61,18 @@ class Placement:
     path: RunPath = "direct"
 
 
+def find_node(config_file: Path | None, node_name: str) -> NodeConfig:
+    """The node the config file names ``node_name``; ConfigError (naming those it knows)
+    when there is none."""
+    config = load_config(config_file)
+    node = next((n for n in config.nodes if n.name == node_name), None)
+    if node is None:
+        known = ", ".join(n.name for n in config.nodes) or "none"
+        where = config.source or "the config file"
+        raise ConfigError(f"no node {node_name!r} in {where} (nodes: {known})")
+    return node
+
+
 async def agent_target(
     config_file: Path | None, node_name: str, engine_id: str, target: Target
 ) -> tuple[Target, Placement]:
@@ -69,12 +81,7 @@ async def agent_target(
     kind its agent's record gives, and where it runs. ConfigError when there is no such
     node or engine."""
 
-    config = load_config(config_file)
-    node = next((n for n in config.nodes if n.name == node_name), None)
-    if node is None:
-        known = ", ".join(n.name for n in config.nodes) or "none"
-        where = config.source or "the config file"
-        raise ConfigError(f"no node {node_name!r} in {where} (nodes: {known})")
+    node = find_node(config_file, node_name)
     token = node.read_token()
     async with AgentClient(node.url, token) as client:
         info = next((e for e in await client.engines() if e.id == engine_id), None)

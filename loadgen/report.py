@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from loadgen.sinks import summary_to_dict
+from runs.codec import summary_to_dict
 from runs.events import RunResult
 from runs.records import LevelSummary, Percentiles
 

@@ -6,13 +6,13 @@ writes and flushes each record to the OS the moment it is handed over.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
+from runs.codec import record_from_dict, record_to_dict, summary_from_dict, summary_to_dict
+from runs.records import LevelSummary, RequestRecord
 
 
 class RecordSink(Protocol):
@@ -21,36 +21,6 @@ class RecordSink(Protocol):
     def level(self, summary: LevelSummary) -> None: ...
 
     def close(self) -> None: ...
-
-
-def record_to_dict(record: RequestRecord) -> dict[str, Any]:
-    data = dataclasses.asdict(record)
-    data["error_kind"] = None if record.error_kind is None else str(record.error_kind)
-    return data
-
-
-def record_from_dict(data: dict[str, Any]) -> RequestRecord:
-    fields = {f.name for f in dataclasses.fields(RequestRecord)}
-    values = {k: v for k, v in data.items() if k in fields}
-    values["itl_s"] = tuple(values.get("itl_s", ()))
-    values["tokens_per_chunk"] = tuple(values.get("tokens_per_chunk", ()))
-    kind = values.get("error_kind")
-    values["error_kind"] = None if kind is None else ErrorKind(kind)
-    return RequestRecord(**values)
-
-
-def summary_to_dict(summary: LevelSummary) -> dict[str, Any]:
-    data = dataclasses.asdict(summary)
-    data["failure_rate"] = summary.failure_rate
-    return data
-
-
-def summary_from_dict(data: dict[str, Any]) -> LevelSummary:
-    fields = {f.name: f for f in dataclasses.fields(LevelSummary)}
-    values = {k: v for k, v in data.items() if k in fields}
-    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s"):
-        values[name] = Percentiles(**values[name])
-    return LevelSummary(**values)
 
 
 class JsonlSink:

@@ -66,6 +66,8 @@ class TestNode:
     token: str
     token_file: Path
     state_dir: Path
+    veth: str = ""
+    """The root-side end of the node's link: ``ip link set VETH down`` cuts the node off."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -200,6 +202,7 @@ def network_nodes(
                 token,
                 token_file,
                 workdir / f"{name}-state",
+                veth,
             )
             node.run("ip", "addr", "add", f"{node.address}/24", "dev", "eth0")
             node.run("ip", "link", "set", "eth0", "up")

@@ -135,7 +135,7 @@ async def test_bench_by_node_and_engine_id_goes_through_the_proxy(
     config = write_config(tmp_path / "config.toml", fleet)
     db = tmp_path / "runs.db"
     code, _out, err = await bench(
-        "--config", str(config), "--node", "b", "--engine-id", llama_on_b.id,
+        "--config", str(config), "--node", "b", "--engine-id", llama_on_b.id, "--via-proxy",
         "--concurrency", "1,2,4", "--requests", "4", "--input-len", "16", "--output-len", "8",
         "--save", "--db", str(db), "--jsonl", str(tmp_path / "requests.jsonl"),
     )  # fmt: skip

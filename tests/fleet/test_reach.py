@@ -57,3 +57,7 @@ def test_the_load_screen_says_which_path_a_run_took() -> None:
     assert (
         path_label(direct) == "load from control-plane → engine at http://127.0.0.1:8080 (direct)"
     )
+    local = describe_run(
+        spec, workload, target, origin="bench", node="b", load_node="b", path="node-local"
+    )
+    assert path_label(local) == "load from b, next to its engine (node-local)"

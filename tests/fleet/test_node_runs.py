@@ -1,0 +1,184 @@
+"""Load generated on node ``b``, next to its llama-server, and recorded by the control plane
+(this test, in the root namespace): the default of ``infer-top bench --node --engine-id``;
+a link cut for 10 s mid-run loses and duplicates no record; a run left early stops on b."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.client import AgentClient
+from agents.protocol import EngineInfo
+from control.noderuns import run_on_node
+from loadgen.profiles import LoadSpec, concurrency_sweep
+from loadgen.workload import Workload
+from runs.events import ProgressEvent, RunEvent
+from runs.records import RequestRecord
+from store import RunRecorder, open_store
+from tests.fleet.conftest import write_config
+from tests.loadgen.conftest import bench
+from tests.netns import TestNode, _run
+from tests.waiting import apoll_until
+
+pytestmark = [pytest.mark.netns, pytest.mark.docker]  # docker: the rig's llama-server and model
+
+CUT_S = 10.0
+
+
+class Seen:
+    """The recorder, and every event handed to it."""
+
+    def __init__(self, recorder: RunRecorder) -> None:
+        self.recorder = recorder
+        self.events: list[RunEvent] = []
+
+    def on_event(self, event: RunEvent, /) -> None:
+        self.events.append(event)
+        self.recorder.on_event(event)
+
+    @property
+    def keys(self) -> list[tuple[int, int]]:
+        return [
+            (e.level_index, e.request_index) for e in self.events if isinstance(e, RequestRecord)
+        ]
+
+
+def stored(db: Path) -> tuple[list[tuple[object, ...]], list[tuple[int, int]], int]:
+    with sqlite3.connect(db) as conn:
+        runs = conn.execute("SELECT node, deployment_id, status, profile_json FROM runs")
+        ids = conn.execute("SELECT level_index, request_index FROM requests").fetchall()
+        rejected = conn.execute("SELECT count(*) FROM rejected_rows").fetchone()[0]
+        return runs.fetchall(), ids, rejected
+
+
+def node_local_on_b(profile_json: object) -> bool:
+    placement = json.loads(str(profile_json))["placement"]
+    return bool(placement == {"engine_node": "b", "load_node": "b", "path": "node-local"})
+
+
+def loads_seen_inside(node: TestNode) -> list[dict[str, object]]:
+    """The node's load runs, asked from inside it (while its link is down)."""
+    ask = (
+        "import json, sys, urllib.request as u; "
+        f"r = u.Request('{node.agent_url}/v1/loads', "
+        f"headers={{'Authorization': 'Bearer {node.token}'}}); "
+        "sys.stdout.write(u.urlopen(r, timeout=5).read().decode())"
+    )
+    answer = node.run("python3", "-c", ask)
+    loads: list[dict[str, object]] = json.loads(answer.stdout)["loads"]
+    return loads
+
+
+async def test_bench_on_b_generates_the_sweep_there_and_stores_every_record_here(
+    fleet: dict[str, TestNode], llama_on_b: EngineInfo, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "config.toml", fleet)
+    db = tmp_path / "runs.db"
+    code, _out, err = await bench(
+        "--config", str(config), "--node", "b", "--engine-id", llama_on_b.id,
+        "--concurrency", "1,2,4", "--requests", "4", "--input-len", "16", "--output-len", "8",
+        "--save", "--db", str(db),
+    )  # fmt: skip
+    assert code == 0, err
+    runs, ids, rejected = stored(db)
+    [(node, deployment_id, status, profile)] = runs
+    assert (node, deployment_id, status) == ("b", llama_on_b.id, "completed")
+    assert node_local_on_b(profile)
+    assert len(ids) == len(set(ids)) == 3 * 4 and rejected == 0
+
+
+async def test_a_link_down_for_ten_seconds_mid_run_loses_and_duplicates_nothing(
+    fleet: dict[str, TestNode], llama_on_b: EngineInfo, tmp_path: Path
+) -> None:
+    b = fleet["b"]
+    db = tmp_path / "runs.db"
+    store = open_store(db)
+    seen = Seen(RunRecorder(store))
+    spec = LoadSpec(levels=concurrency_sweep([1, 2, 4]), requests_per_level=24)
+    link_down = False
+    try:
+        async with AgentClient(b.agent_url, b.token) as client:
+            run = run_on_node(
+                client, llama_on_b.id, spec, Workload(input_len=16, output_len=32), seen,
+                model=str(llama_on_b.config["model"]), read_timeout_s=3.0,
+            )  # fmt: skip
+
+            async def follow() -> list[ProgressEvent]:
+                async with contextlib.aclosing(run):
+                    return [event async for event in run]
+
+            # Read all the while: the cut breaks the stream here, and it is resumed.
+            following = asyncio.create_task(follow())
+            try:
+                await apoll_until(lambda: len(seen.keys) >= 3, "b's first records here")
+                cut_at = len(seen.keys)
+                _run("ip", "link", "set", b.veth, "down")
+                link_down, down_at = True, time.monotonic()
+                # The run goes on on b while it is cut off from here.
+                await apoll_until(
+                    lambda: int(str(loads_seen_inside(b)[0]["last_seq"])),
+                    "b's run to go on while its link is down",
+                    done=lambda seq: seq > len(seen.events) + 5,
+                    timeout_s=CUT_S,
+                    every_s=0.5,
+                )
+                await apoll_until(
+                    lambda: time.monotonic() - down_at >= CUT_S,
+                    f"{CUT_S:g} s with b cut off",
+                    every_s=0.5,
+                )
+                assert len(seen.keys) < 3 * 24, "the run should still go on"
+                _run("ip", "link", "set", b.veth, "up")
+                link_down = False
+                ends = await asyncio.wait_for(following, 240)
+            finally:
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await following
+    finally:
+        if link_down:
+            _run("ip", "link", "set", b.veth, "up")
+        store.close()
+    assert type(ends[-1]).__name__ == "RunFinished", ends[-1]
+    assert cut_at < len(seen.keys) == len(set(seen.keys)) == 3 * 24  # each one, once
+    runs, ids, rejected = stored(db)
+    [(node, _deployment, status, profile)] = runs
+    assert (node, status) == ("b", "completed") and node_local_on_b(profile)
+    assert sorted(ids) == sorted(seen.keys) and rejected == 0
+
+
+async def test_a_run_left_early_stops_on_b_and_keeps_its_finished_records(
+    fleet: dict[str, TestNode], llama_on_b: EngineInfo, tmp_path: Path
+) -> None:
+    b = fleet["b"]
+    db = tmp_path / "runs.db"
+    store = open_store(db)
+    recorder = RunRecorder(store)
+    seen = Seen(recorder)
+    spec = LoadSpec(levels=concurrency_sweep([2]), requests_per_level=1000)
+    try:
+        async with AgentClient(b.agent_url, b.token) as client:
+            run = run_on_node(
+                client, llama_on_b.id, spec, Workload(input_len=16, output_len=256), seen,
+                model=str(llama_on_b.config["model"]),
+            )  # fmt: skip
+            async with contextlib.aclosing(run):
+                async for _ in run:
+                    if len(seen.keys) >= 2:
+                        break
+            node_runs = await client.loads()
+    finally:
+        store.close()
+    assert recorder.status == "interrupted", recorder.reason
+    assert [r.state for r in node_runs if r.run_id == recorder.run_id] == ["RunInterrupted"]
+    records = [e for e in seen.events if isinstance(e, RequestRecord)]
+    assert sum(r.ok and not r.incomplete for r in records) >= 2  # the finished ones kept
+    assert any(r.incomplete for r in records)  # the cut ones recorded as cut
+    runs, ids, rejected = stored(db)
+    assert runs[0][2] == "interrupted" and len(ids) == len(records) and rejected == 0
