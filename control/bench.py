@@ -18,12 +18,12 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
 
 from agents.client import AgentError
+from control.bench_output import LiveBar, close_outputs, open_outputs, too_many_failures
 from control.config import ConfigError
 from control.loads import probe_engine
 from control.noderuns import NodeRunEnded, bench_on_node
@@ -41,28 +41,22 @@ from loadgen.profiles import (
 from loadgen.quirks import known_kinds
 from loadgen.report import (
     failure_lines,
-    level_label,
     summary_table,
     write_csv,
     write_json,
 )
 from loadgen.runner import Target, run_load
 from loadgen.setup import describe_run, plain
-from loadgen.sinks import FanoutSink, JsonlSink
 from loadgen.workload import PromptSource, Workload, WorkloadError
 from runs.events import (
     LevelFinished,
-    LevelProgress,
-    LevelStarted,
     RunEvent,
     RunFailed,
     RunInterrupted,
-    RunResult,
-    RunStarted,
 )
-from runs.records import RequestRecord, failures_by_kind
+from runs.records import RequestRecord
 from runs.units import duration_arg, parse_duration_s
-from store import RunRecorder, Store, open_store
+from store import RunRecorder
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
@@ -209,42 +203,6 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
     return spec, workload, target
 
 
-class _Live:
-    """Turns progress events into a rich progress bar (on stderr)."""
-
-    def __init__(self, progress: Progress | None, spec: LoadSpec, console: Console) -> None:
-        self.progress, self.spec, self.console = progress, spec, console
-        self.task: TaskID | None = None
-
-    def __call__(self, event: RunEvent) -> None:
-        if isinstance(event, RunStarted):
-            for warning in event.warnings:
-                self.console.print(f"[yellow]warning:[/] {warning}")
-        if self.progress is None:
-            return
-        if isinstance(event, LevelStarted):
-            label = (
-                f"c={event.concurrency}"
-                if event.request_rate is None
-                else (f"{event.request_rate:g} req/s")
-            )
-            total = event.planned_requests if event.duration_s is None else event.duration_s
-            self.task = self.progress.add_task(f"level {label}", total=total, info="")
-        elif isinstance(event, LevelProgress) and self.task is not None:
-            done = event.completed + event.failed + event.incomplete
-            ttft = "n/a" if event.ttft_p50_s is None else f"{event.ttft_p50_s * 1000:.0f} ms"
-            info = f"{event.output_tok_s:8.1f} tok/s  TTFT p50 {ttft}  errors {event.failed}"
-            shown = done if self.spec.duration_s is None else event.elapsed_s
-            self.progress.update(self.task, completed=shown, info=info)
-        elif isinstance(event, LevelFinished) and self.task is not None:
-            s = event.summary
-            self.progress.update(
-                self.task,
-                completed=self.progress.tasks[-1].total,
-                description=f"level {level_label(s)} done",
-            )
-
-
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
@@ -295,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         path=placement.path,
     )
     try:
-        sink, store = _open_outputs(args)
+        sink, store = open_outputs(args)
     except Exception as exc:  # unwritable JSONL path, store that will not open
         err.print(f"[red]error:[/] cannot open the output: {exc}")
         return 2
@@ -311,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
             console=err,
             transient=False,
         )
-    live = _Live(progress, spec, err)
+    live = LiveBar(progress, spec, err)
 
     def emit(event: RunEvent) -> None:
         live(event)
@@ -362,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-        closed = _close(sink, store, err)
+        closed = close_outputs(sink, store, err)
     out = Console()
     if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
         out = Console(width=160)
@@ -385,50 +343,11 @@ def run(args: argparse.Namespace) -> int:
             highlight=False,
             soft_wrap=True,
         )
-    too_many = _too_many_failures(result, args.max_failure_pct)
+    too_many = too_many_failures(result, args.max_failure_pct)
     if too_many:
         err.print(f"[red]error:[/] {too_many}", highlight=False, soft_wrap=True)
     ok = sum(s.completed for s in result.levels)
     return 0 if ok and closed and not too_many else 1
-
-
-def _open_outputs(args: argparse.Namespace) -> tuple[FanoutSink, Store | None]:
-    """The JSONL sink (when asked) and the store (with --save); nothing left open on error."""
-    sink = FanoutSink(JsonlSink(args.jsonl_path)) if args.jsonl_path else FanoutSink()
-    try:
-        return sink, open_store(args.db) if args.save else None
-    except BaseException:
-        sink.close()
-        raise
-
-
-def _too_many_failures(result: RunResult, max_pct: float) -> str | None:
-    """Why the run fails ``--max-failure-pct`` (failed over completed + failed
-    measured requests, every level together; cut ones are not failures), or None."""
-    failed = sum(s.failed for s in result.levels)
-    total = failed + sum(s.completed for s in result.levels)
-    if not total or failed * 100 <= max_pct * total:
-        return None
-    return (
-        f"{failed} of {total} requests failed ({failed / total:.1%}), more than "
-        f"--max-failure-pct {max_pct:g}: {failures_by_kind(result.levels)}"
-    )
-
-
-def _close(sink: FanoutSink, store: Store | None, err: Console) -> bool:
-    """Close the outputs; False (said on stderr) when one lost data: a full disk, or
-    store rows that could not be written (set aside in its rejected_rows table)."""
-    closers = [("the outputs", sink.close)]
-    if store is not None:
-        closers.append(("the store", store.close))
-    closed = True
-    for what, close in closers:
-        try:
-            close()
-        except Exception as exc:  # OSError, or the store's StoreWriteError
-            err.print(f"[red]error:[/] closing {what}: {exc}")
-            closed = False
-    return closed
 
 
 if __name__ == "__main__":  # pragma: no cover
