@@ -28,6 +28,7 @@ from agents.protocol import (
     load_run_from_dict,
     node_info_from_dict,
 )
+from engines.catalog import get_spec
 from runs.codec import CodecError
 from runs.codec import event_from_dict as run_event_from_dict
 from runs.events import RunEvent
@@ -139,9 +140,14 @@ class AgentClient:
         runtime: str | None = None,
         options: dict[str, Any] | None = None,
         wait: bool = True,
-        timeout_s: float = 600,
+        timeout_s: float | None = None,
         health_timeout_s: float | None = None,
     ) -> EngineInfo:
+        """Start an engine; with ``wait`` the answer comes when it is healthy or failed.
+        Without ``timeout_s`` the call waits as long as the agent's health gate may
+        (``health_timeout_s``, else the engine spec's ``start_timeout_s``) plus a margin."""
+        if timeout_s is None:
+            timeout_s = _start_answer_budget_s(kind, health_timeout_s) if wait else 60.0
         body: dict[str, Any] = {
             "kind": kind,
             "config": config,
@@ -347,3 +353,16 @@ def _json_or_text(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+START_ANSWER_MARGIN_S = 60.0
+"""Beyond the agent's health budget: its own verdict on the start arrives first."""
+
+
+def _start_answer_budget_s(kind: str, health_timeout_s: float | None) -> float:
+    if health_timeout_s is not None:
+        return health_timeout_s + START_ANSWER_MARGIN_S
+    try:
+        return get_spec(kind).start_timeout_s + START_ANSWER_MARGIN_S
+    except (KeyError, ValueError):  # "sim", or a kind this catalog does not know
+        return 600.0

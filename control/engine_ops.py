@@ -72,20 +72,34 @@ def _find(engines: Sequence[EngineInfo], engine_id: str) -> EngineInfo | None:
     return next((e for e in engines if e.id == engine_id), None)
 
 
+DEFAULT_START_BUDGET_S = 300.0
+"""The wait when an older agent does not say its health budget."""
+START_MARGIN_S = 30.0
+"""Beyond the agent's budget: its own verdict (crashed, with the reason) arrives first."""
+
+
 async def wait_healthy(
     client: AgentLike,
     engine_id: str,
     progress: Progress,
     *,
-    timeout_s: float = 300.0,
+    timeout_s: float | None = None,
     poll_s: float = 1.0,
 ) -> EngineInfo:
-    deadline = time.monotonic() + timeout_s
+    """Follow the start until healthy. Without ``timeout_s`` the wait is the agent's own
+    health budget for this start (``start_timeout_s``: the engine spec's, or the one the
+    start asked for; a large vLLM load or a TRT-LLM build takes up to 30 min) plus a
+    margin, so the screen never gives up before the agent does."""
+    started = time.monotonic()
+    deadline: float | None = None if timeout_s is None else started + timeout_s
     last = ""
     while True:
         info = _find(await client.engines(), engine_id)
         if info is None:
             raise EngineFailed(f"engine {engine_id} disappeared from the agent")
+        if deadline is None:
+            budget_s = (info.start_timeout_s or DEFAULT_START_BUDGET_S) + START_MARGIN_S
+            deadline = started + budget_s
         if info.health == "healthy":
             progress(f"{engine_id} is healthy at {info.url or '?'}", 1.0)
             return info
@@ -95,11 +109,14 @@ async def wait_healthy(
         text = f"{engine_id}: {info.state}, health {info.health}"
         if info.message:
             text += f" — {info.message}"
+        if info.last_log_line:
+            text += f" | {info.last_log_line}"
         if text != last:
             progress(text, step / (len(PHASES) + 1))
             last = text
         if time.monotonic() > deadline:
-            raise EngineFailed(f"{engine_id} not healthy after {timeout_s:.0f}s ({info.state})")
+            waited_s = time.monotonic() - started
+            raise EngineFailed(f"{engine_id} not healthy after {waited_s:.0f}s ({info.state})")
         await asyncio.sleep(poll_s)
 
 
