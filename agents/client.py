@@ -360,8 +360,9 @@ START_ANSWER_MARGIN_S = 60.0
 
 
 def _start_answer_budget_s(kind: str, health_timeout_s: float | None) -> float:
-    if health_timeout_s is not None:
-        return health_timeout_s + START_ANSWER_MARGIN_S
+    # A value that is not a number is sent as given: the agent refuses it in words.
+    if isinstance(health_timeout_s, int | float) and not isinstance(health_timeout_s, bool):
+        return float(health_timeout_s) + START_ANSWER_MARGIN_S
     try:
         return get_spec(kind).start_timeout_s + START_ANSWER_MARGIN_S
     except (KeyError, ValueError):  # "sim", or a kind this catalog does not know

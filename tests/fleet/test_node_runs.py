@@ -120,12 +120,14 @@ async def test_a_link_down_for_ten_seconds_mid_run_loses_and_duplicates_nothing(
                 cut_at = len(seen.keys)
                 _run("ip", "link", "set", b.veth, "down")
                 link_down, down_at = True, time.monotonic()
-                # The run goes on on b while it is cut off from here.
+                # The run goes on on b while it is cut off from here. The link stays down
+                # until b has visibly moved on (a busy 2-core CI machine makes the tiny
+                # model slow), and for at least CUT_S.
                 await apoll_until(
                     lambda: int(str(loads_seen_inside(b)[0]["last_seq"])),
                     "b's run to go on while its link is down",
-                    done=lambda seq: seq > len(seen.events) + 5,
-                    timeout_s=CUT_S,
+                    done=lambda seq: seq > len(seen.events) + 2,
+                    timeout_s=60,
                     every_s=0.5,
                 )
                 await apoll_until(
