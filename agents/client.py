@@ -12,6 +12,7 @@ import json
 import logging
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -201,18 +202,8 @@ class AgentClient:
         params = {"tail": str(tail), "follow": "1" if follow else "0"}
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
         try:
-            async with self.session.get(
-                f"{self.base_url}/v1/engines/{engine_id}/logs",
-                params=params,
-                headers=self._headers,
-                ssl=self._ssl,
-                timeout=timeout,
-            ) as resp:
-                if resp.status >= 400:
-                    data = _json_or_text(await resp.text())
-                    msg = data.get("error") if isinstance(data, dict) else data
-                    raise AgentError(resp.status, str(msg))
-                async for raw in resp.content:
+            async with self._lines(f"/v1/engines/{engine_id}/logs", params, timeout) as lines:
+                async for raw in lines:
                     yield raw.decode(errors="replace").rstrip("\n")
         except aiohttp.ClientConnectionError as exc:
             raise AgentError(0, f"log stream from {self.base_url} broke: {exc!r}") from exc
@@ -256,18 +247,9 @@ class AgentClient:
             total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s
         )
         try:
-            async with self.session.get(
-                f"{self.base_url}/v1/loads/{run_id}/events",
-                params={"after": str(after)},
-                headers=self._headers,
-                ssl=self._ssl,
-                timeout=timeout,
-            ) as resp:
-                if resp.status >= 400:
-                    data = _json_or_text(await resp.text())
-                    msg = data.get("error") if isinstance(data, dict) else data
-                    raise AgentError(resp.status, str(msg))
-                async for raw in resp.content:
+            params = {"after": str(after)}
+            async with self._lines(f"/v1/loads/{run_id}/events", params, timeout) as lines:
+                async for raw in lines:
                     if raw.strip():  # a blank line: the run is quiet, the link alive
                         line = json.loads(raw)
                         yield int(line["seq"]), run_event_from_dict(line["event"])
@@ -279,6 +261,24 @@ class AgentClient:
             raise AgentError(0, f"load run {run_id}: a malformed event: {exc}") from exc
 
     # -- streams ----------------------------------------------------------------
+    @asynccontextmanager
+    async def _lines(
+        self, path: str, params: dict[str, str], limits: aiohttp.ClientTimeout
+    ) -> AsyncIterator[aiohttp.StreamReader]:
+        """A streamed GET's body, line by line; an error answer is an AgentError."""
+        async with self.session.get(
+            self.base_url + path,
+            params=params,
+            headers=self._headers,
+            ssl=self._ssl,
+            timeout=limits,
+        ) as resp:
+            if resp.status >= 400:
+                data = _json_or_text(await resp.text())
+                msg = data.get("error") if isinstance(data, dict) else data
+                raise AgentError(resp.status, str(msg))
+            yield resp.content
+
     async def _ws_items(
         self, path: str, since_seq: int | None, boot_id: str | None
     ) -> AsyncIterator[dict[str, Any]]:
