@@ -17,10 +17,10 @@ from control.noderuns import run_on_node
 from loadgen.profiles import LoadSpec, concurrency_sweep
 from loadgen.sinks import read_jsonl
 from loadgen.workload import Workload
-from runs.events import RunEvent
 from runs.records import RequestRecord
 from store import RunRecorder, open_store
 from tests.loadgen.conftest import ROOT, bench, infer_top_argv
+from tests.recording import Seen
 from tests.waiting import apoll_until
 
 from .conftest import TOKEN
@@ -60,22 +60,6 @@ class Relay:
             dst.transport.abort()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-
-class Seen:
-    """The recorder, and every event handed to it (to count what reached it)."""
-
-    def __init__(self, recorder: RunRecorder) -> None:
-        self.recorder = recorder
-        self.events: list[RunEvent] = []
-
-    def on_event(self, event: RunEvent, /) -> None:
-        self.events.append(event)
-        self.recorder.on_event(event)
-
-    @property
-    def records(self) -> list[RequestRecord]:
-        return [e for e in self.events if isinstance(e, RequestRecord)]
 
 
 def stored(db: Path) -> tuple[str, dict[str, object], list[tuple[int, int]], int]:

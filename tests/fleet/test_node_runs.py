@@ -18,35 +18,18 @@ from agents.protocol import EngineInfo
 from control.noderuns import run_on_node
 from loadgen.profiles import LoadSpec, concurrency_sweep
 from loadgen.workload import Workload
-from runs.events import ProgressEvent, RunEvent
+from runs.events import ProgressEvent
 from runs.records import RequestRecord
 from store import RunRecorder, open_store
 from tests.fleet.conftest import write_config
 from tests.loadgen.conftest import bench
 from tests.netns import TestNode, _run
+from tests.recording import Seen
 from tests.waiting import apoll_until
 
 pytestmark = [pytest.mark.netns, pytest.mark.docker]  # docker: the rig's llama-server and model
 
 CUT_S = 10.0
-
-
-class Seen:
-    """The recorder, and every event handed to it."""
-
-    def __init__(self, recorder: RunRecorder) -> None:
-        self.recorder = recorder
-        self.events: list[RunEvent] = []
-
-    def on_event(self, event: RunEvent, /) -> None:
-        self.events.append(event)
-        self.recorder.on_event(event)
-
-    @property
-    def keys(self) -> list[tuple[int, int]]:
-        return [
-            (e.level_index, e.request_index) for e in self.events if isinstance(e, RequestRecord)
-        ]
 
 
 def stored(db: Path) -> tuple[list[tuple[object, ...]], list[tuple[int, int]], int]:
