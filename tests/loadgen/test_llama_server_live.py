@@ -95,17 +95,21 @@ async def test_sweep_1_to_8_agrees_with_llama_server_counters(
     assert ours == after - before == 4 * 16 * OUTPUT_LEN
     for s in result.levels:
         level = [r for r in sink.records if r.level_index == s.level_index]
-        # Decode time per level, summed: ours from the first to the last content
-        # chunk, llama.cpp's from each request's timings (n / predicted_per_second).
-        ours_s = sum(r.end_at - r.first_token_at for r in level if r.end_at and r.first_token_at)
-        server_s = sum(r.output_tokens / (r.server_decode_tok_s or 1.0) for r in level)
-        ours_rate = sum(r.output_tokens - 1 for r in level) / ours_s
-        server_rate = sum(r.output_tokens for r in level) / server_s
-        mean_ratio = statistics.fmean(
-            (1.0 / r.tpot_s) / (r.server_decode_tok_s or 1.0) for r in level if r.tpot_s
-        )
+        # Each request's decode rate, ours (first to last content chunk) over
+        # llama.cpp's own (timings.predicted_per_second). The median, not the sum:
+        # a request decodes 96 tokens in under 0.1 s here, so one client stall of
+        # a few tens of milliseconds on a busy 2-core machine would swing a summed
+        # rate by 20 %, while a wrong clock or a wrong token count moves every
+        # request and so the median.
+        ratios = [
+            (1.0 / r.tpot_s) / r.server_decode_tok_s
+            for r in level
+            if r.tpot_s and r.server_decode_tok_s
+        ]
+        assert len(ratios) == len(level), "every request has both decode rates"
+        median_ratio = statistics.median(ratios)
         ttft_ms = (s.ttft_s.p50 or 0.0) * 1e3
         print(f"c={s.concurrency}: {s.output_tok_s:.0f} tok/s, TTFT p50 {ttft_ms:.1f} ms, "
-              f"decode ours {ours_rate:.0f} vs server {server_rate:.0f} tok/s, "
-              f"mean per-request ratio {mean_ratio:.3f}")  # fmt: skip
-        assert abs(ours_rate - server_rate) / server_rate < 0.10, (s.concurrency, ours_rate)
+              f"median per-request decode ratio ours/server {median_ratio:.3f}, "
+              f"range {min(ratios):.3f}..{max(ratios):.3f}")  # fmt: skip
+        assert 0.90 < median_ratio < 1.10, (s.concurrency, sorted(ratios))
