@@ -1,14 +1,14 @@
 """A multi-host test rig on one machine: each test node is a Linux network namespace.
 
 Every node gets a veth pair whose outer end sits on one Linux bridge in the root namespace
-(``198.18.0.1/24``; nodes ``198.18.0.11``, ``.12``, ... from the benchmarking range
-198.18.0.0/15, never anything routable) and runs its own ``infer-agent`` there
-(``ip netns exec``), listening on the node's 198.18 address. A node's loopback is its own:
-an engine that binds it is unreachable from the control plane (pytest, in the root
-namespace), as on a real fleet. The root dockerd sets the FORWARD policy to DROP and
-bridged frames pass through it, so node-to-node traffic needs one ACCEPT rule for the
-bridge; it is removed at tear-down. Names carry one prefix, and anything left with it by a
-killed run is removed before a new rig is built.
+(``198.18.N.1/24`` for slot N = ``INFER_TOP_NETNS_SLOT``, default 0; nodes ``.11``,
+``.12``, ... from the benchmarking range 198.18.0.0/15, never anything routable) and runs
+its own ``infer-agent`` there (``ip netns exec``), listening on the node's 198.18 address.
+A node's loopback is its own: an engine that binds it is unreachable from the control
+plane (pytest, in the root namespace), as on a real fleet. The root dockerd sets the
+FORWARD policy to DROP and bridged frames pass through it, so node-to-node traffic needs
+one ACCEPT rule for the bridge; it is removed at tear-down. Names carry one prefix per
+slot, and anything left with it by a killed run is removed before a new rig is built.
 """
 
 from __future__ import annotations
@@ -25,10 +25,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PREFIX = "itf16"
+SLOT = int(os.environ.get("INFER_TOP_NETNS_SLOT", "0"))
+"""Which rig this run builds (0-99): two runs on one machine at once (a CI run beside an
+engineer's) each take their own slot, so their names and subnets never meet."""
+if not 0 <= SLOT <= 99:
+    raise ValueError(f"INFER_TOP_NETNS_SLOT must be 0..99, not {SLOT}")
+PREFIX = "itf16" if SLOT == 0 else f"itf{SLOT}s"
 """Every namespace, link and rule of this rig starts with it (15-character link names)."""
 BRIDGE = f"{PREFIX}-br"
-SUBNET = "198.18.0"
+SUBNET = f"198.18.{SLOT}"
 BRIDGE_ADDRESS = f"{SUBNET}.1"
 AGENT_PORT = 7070
 FORWARD_RULE = ("FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT")

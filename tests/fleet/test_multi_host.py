@@ -23,7 +23,7 @@ from control.wiring import build_services
 from store import RunRecorder, open_store
 from tests.fleet.conftest import write_config
 from tests.loadgen.conftest import bench
-from tests.netns import TestNode
+from tests.netns import SUBNET, TestNode
 from tests.tui.conftest import SIZE
 from tests.tui.driving import run_smoke_load
 from tests.tui.helpers import text_of, wait_until
@@ -104,7 +104,7 @@ def assert_one_proxied_sweep(db: Path, engine: EngineInfo) -> None:
         "load_node": "control-plane",
         "path": "proxied",
     }
-    assert profile["target"]["url"] == f"http://198.18.0.12:7070/v1/engines/{engine.id}/proxy/v1"
+    assert profile["target"]["url"] == f"http://{SUBNET}.12:7070/v1/engines/{engine.id}/proxy/v1"
     assert (levels, requests) == (3, 3 * 4)
 
 
