@@ -75,17 +75,18 @@ class HealthWatch:
             if dep.health != "healthy":
                 dep.health, dep.message = "healthy", "answering its health route again"
                 self.emit("healthy", dep.id, dep.message)
-        elif dep.health != "unhealthy" and not (health == "loading" and dep.health == "loading"):
-            last = (
-                time.strftime("%H:%M:%S", time.localtime(dep.healthy_at))
-                if dep.healthy_at
-                else "never"
-            )
-            answer = (
-                f"HTTP {status}"
-                if status
-                else f"no answer (refused, or none within {PROBE_TIMEOUT_S:g} s)"
-            )
-            dep.health = "unhealthy"
-            dep.message = f"health route: {answer}; last good answer {last}"
-            self.emit("unhealthy", dep.id, dep.message)
+            return
+        # overloaded: it answers, busy (SGLang's 503 after ready); anything else is unhealthy
+        verdict = "overloaded" if health == "overloaded" else "unhealthy"
+        if dep.health == verdict or (health == "loading" and dep.health == "loading"):
+            return
+        last = (
+            time.strftime("%H:%M:%S", time.localtime(dep.healthy_at)) if dep.healthy_at else "never"
+        )
+        silent = f"no answer (refused, or none within {PROBE_TIMEOUT_S:g} s)"
+        answer = f"HTTP {status}" if status else silent
+        if verdict == "overloaded":
+            answer += ", too busy to pass its own health check (it was ready: not loading)"
+        dep.health = verdict
+        dep.message = f"health route: {answer}; last good answer {last}"
+        self.emit(verdict, dep.id, dep.message)

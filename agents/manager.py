@@ -19,6 +19,7 @@ from agents.broadcast import Broadcast
 from agents.catalog_adapter import UnknownEngine, declared_namespaces, get_spec, launch_config
 from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
+from agents.engine_version import detect_version
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
@@ -113,11 +114,14 @@ class EngineManager:
                     dep.state, dep.health = "ready", "unknown"
                     with contextlib.suppress(UnknownEngine):  # labels name an unknown kind
                         _, health = await self._probe(dep)
-                        dep.health = {"ready": "healthy", "loading": "loading"}.get(
-                            health, "unhealthy"
-                        )
+                        dep.health = {
+                            "ready": "healthy",
+                            "loading": "loading",
+                            "overloaded": "overloaded",
+                        }.get(health, "unhealthy")
                         if dep.health == "healthy":
                             dep.healthy_at = time.time()
+                            await self._learn_version(dep)
                     self.emit("adopted", dep.id, f"{dep.message}, {dep.health}")
         for runtime in self.runtimes.values():
             unwatch = runtime.watch(self._exited_threadsafe)
@@ -331,7 +335,8 @@ class EngineManager:
                 status, body = resp.status, await resp.read()
         except (TimeoutError, aiohttp.ClientError):
             pass
-        return status, str(spec.classify_health(status, body))
+        # Once through its gate, an engine's "loading" answer may mean "overloaded" now.
+        return status, str(spec.classify_health(status, body, was_ready=dep.state == "ready"))
 
     def _busy(self, dep_id: str) -> bool:
         """A start, stop or swap of this engine is under way (it judges health itself)."""
@@ -339,7 +344,17 @@ class EngineManager:
         return dep_id in self._starting or (lock is not None and lock.locked())
 
     async def _gate(self, dep: Deployment) -> bool:
-        return await health_gate(dep, self.runtime_for(dep), self._probe, self.emit)
+        dep.engine_version = dep.engine_version_from = None  # a swap or restart: ask again
+        if not await health_gate(dep, self.runtime_for(dep), self._probe, self.emit):
+            return False
+        await self._learn_version(dep)
+        return True
+
+    async def _learn_version(self, dep: Deployment) -> None:
+        with contextlib.suppress(UnknownEngine):  # adopted from labels: no dialect to pick
+            spec = get_spec(dep.kind)
+            found = await detect_version(self.session, dep, spec, self.platform)
+            dep.engine_version, dep.engine_version_from = found
 
     async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
         """Stop and remove the engine; its named volumes (model caches) stay unless

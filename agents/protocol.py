@@ -72,7 +72,8 @@ class EngineInfo:
     """The last thing worth telling the operator (why it failed, what it adopted)."""
     healthy_at: float | None = None
     """Unix epoch seconds of the last good answer of the engine's health route (the agent
-    asks every ``--health-interval``); with health "unhealthy" it says since when."""
+    asks every ``--health-interval``); with health "unhealthy" or "overloaded" (was ready,
+    now too busy to pass its own health check: SGLang's 503) it says since when."""
     exit_code: int | None = None
     """A crashed engine's exit status, where the runtime knows it (an adopted process
     that died while no agent watched left none)."""
@@ -85,6 +86,12 @@ class EngineInfo:
     volumes: tuple[str, ...] = ()
     """Named Docker volumes the deployment mounts (its model caches): a stop keeps them;
     ``POST .../stop`` with ``remove_volumes`` naming them removes them too."""
+    engine_version: str | None = None
+    """The engine's version as the agent found it once the engine was ready: the engine's
+    own answer, else the catalog's pin for the catalog's image; None where neither says.
+    Its metrics are read with the series names of this version."""
+    engine_version_from: str | None = None
+    """Where ``engine_version`` came from, in words."""
 
 
 EVENT_KINDS = (
@@ -93,6 +100,7 @@ EVENT_KINDS = (
     "started",
     "healthy",
     "unhealthy",
+    "overloaded",
     "crashed",
     "stopped",
     "swapped",

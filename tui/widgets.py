@@ -144,6 +144,7 @@ def health_cell(health: str) -> Text:
         "healthy": "green",
         "loading": "yellow",
         "unhealthy": "bold red",
+        "overloaded": "bold magenta",
         "dead": "bold white on red",
     }.get(health, "dim")
     return Text(health, style=style)

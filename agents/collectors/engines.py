@@ -37,7 +37,9 @@ class ScrapeSpec(Protocol):
     @property
     def slots_path(self) -> str | None: ...
 
-    def parse_metrics(self, payload: str | bytes) -> EngineSample: ...
+    def parse_metrics(
+        self, payload: str | bytes, *, version: str | None = None
+    ) -> EngineSample: ...
 
     def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample: ...
 
@@ -138,7 +140,7 @@ class EngineScraper:
         except ScrapeError as exc:
             log.debug("scrape %s: %s", dep.id, exc)
             return Scrape(error=str(exc))
-        scrape = await asyncio.to_thread(_parse, dep.id, spec, metrics, slots)
+        scrape = await asyncio.to_thread(_parse, dep.id, spec, metrics, slots, dep.engine_version)
         return scrape if slots_error is None else replace(scrape, error=slots_error)
 
     def telemetry(self, dep: Deployment, scrape: Scrape) -> EngineTelemetry:
@@ -196,12 +198,15 @@ class EngineScraper:
                 await task
 
 
-def _parse(dep_id: str, spec: ScrapeSpec, metrics: bytes, slots: bytes | None) -> Scrape:
+def _parse(
+    dep_id: str, spec: ScrapeSpec, metrics: bytes, slots: bytes | None, version: str | None
+) -> Scrape:
     """Runs in a worker thread.  Anything a parser raises is this engine's error: a
     MetricsParseError says what the payload got wrong, anything else is a parser bug
-    met by odd data (logged with its traceback).  Without /slots, /metrics still counts."""
+    met by odd data (logged with its traceback).  Without /slots, /metrics still counts.
+    ``version``: the running engine's, whose series names the parser reads."""
     try:
-        sample = spec.parse_metrics(metrics)
+        sample = spec.parse_metrics(metrics, version=version)
     except Exception as exc:
         return Scrape(error=_parse_failure(dep_id, exc))
     if slots is None:

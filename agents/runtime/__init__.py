@@ -40,6 +40,9 @@ class Deployment:
     last_log_line: str | None = None
     volumes: tuple[str, ...] = ()
     """Named volumes it mounts, as its runtime found them after the start or adoption."""
+    engine_version: str | None = None
+    """The running engine's version (see EngineInfo); its metrics are read in its dialect."""
+    engine_version_from: str | None = None
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -70,6 +73,8 @@ class Deployment:
             start_timeout_s=self.start_timeout_s,
             last_log_line=self.last_log_line,
             volumes=self.volumes,
+            engine_version=self.engine_version,
+            engine_version_from=self.engine_version_from,
         )
 
 

@@ -129,6 +129,8 @@ class OllamaSpec(EngineSpec):
     display_name = "Ollama"
     dialect = "ollama"
     image = "ollama/ollama:0.12.6"
+    image_version = "0.12.6"
+    version_path = "/api/version"  # server/routes.go: {"version": version.Version}
     jetson_image = "dustynv/ollama:r36.4.0"
     container_port = 11434
     start_timeout_s = 66.0

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from engines.catalog.flags import choice, integer, number, switch
 from engines.catalog.spec import EngineSpec
-from engines.catalog.types import LaunchConfig, MemoryRule
+from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
 from engines.dialects import PromDialect, version_tuple
 
 
@@ -20,6 +20,25 @@ def opt(flag: str, value: object | None) -> list[str]:
 
 
 _DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+# argparse choices of the pinned releases, which refuse anything else at start-up:
+# sglang 0.5.3 srt/server_args.py QUANTIZATION_CHOICES; lmdeploy v0.10.2 cli/utils.py
+# ArgumentHelper.model_format.
+_SGLANG_QUANTIZATIONS = (
+    "awq", "fp8", "gptq", "marlin", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf",
+    "modelopt", "modelopt_fp4", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "qoq",
+    "w4afp8", "mxfp4",
+)  # fmt: skip
+_LMDEPLOY_MODEL_FORMATS = ("hf", "awq", "gptq", "fp8", "mxfp4")
+
+
+def checked_choice(
+    spec: EngineSpec, option: str, value: str | None, choices: tuple[str, ...]
+) -> None:
+    """Refuse a value the engine's own argument parser would refuse (it would exit at start)."""
+    if value is not None and value not in choices:
+        raise UnsupportedOption(
+            f"{spec.display_name} takes {option} {', '.join(choices)}; not {value!r}"
+        )
 
 
 _VLLM_KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -47,6 +66,8 @@ class VllmSpec(EngineSpec):
     image = "vllm/vllm-openai:v0.11.0"
     image_version = "0.11.0"
     jetson_image = "dustynv/vllm:0.8.6-r36.4-cu128-24.04"
+    jetson_image_version = "0.8.6"
+    version_path = "/version"  # entrypoints/openai/api_server.py: {"version": VLLM_VERSION}
     container_port = 8000
     start_timeout_s = 1815.0
     # The API-server module works in every release and in the Jetson image
@@ -106,10 +127,15 @@ class SglangSpec(EngineSpec):
     dialect = "sglang"
     image = "lmsysorg/sglang:v0.5.3-cu126"
     image_version = "0.5.3"
+    version_path = "/get_server_info"  # http_server.py: server args, ..., "version"
     container_port = 30000
     start_timeout_s = 915.0
     entrypoint = ("python3", "-m", "sglang.launch_server")
-    loading_status = 503  # through the warm-up request, once the port opened
+    # http_server.py health_generate (v0.5.3): 503 while ServerStatus.Starting (through the
+    # warm-up request, once the port opened); once Up, 503 again when its one-token probe
+    # got no answer within HEALTH_CHECK_TIMEOUT: too busy, not loading.
+    loading_status = 503
+    busy_status = 503
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
     kv_log_patterns = (r"max_total_num_tokens=(\d+)",)
@@ -121,7 +147,10 @@ class SglangSpec(EngineSpec):
         waiting=("sglang:num_queue_reqs",),
         prompt_tokens=("sglang:prompt_tokens_total",),
         generation_tokens=("sglang:generation_tokens_total",),
-        preemptions=("sglang:num_retracted_reqs_total", "sglang:num_retracted_reqs"),
+        # The counter came with 0.5.7 (metrics/collector.py); before it, and beside it,
+        # "sglang:num_retracted_reqs" is a gauge of the last interval's retractions, no total:
+        # an engine without the counter reports no preemption total (n/a, never that gauge).
+        preemptions=("sglang:num_retracted_requests_total",),
         prefix_hit_rate=("sglang:cache_hit_rate",),
         ttft=("sglang:time_to_first_token_seconds",),
         # current collector.py names ITL properly; older releases called it TPOT
@@ -146,6 +175,7 @@ class SglangSpec(EngineSpec):
     )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
+        checked_choice(self, "quantization", cfg.quantization, _SGLANG_QUANTIZATIONS)
         return [
             "--model-path", cfg.model,
             "--host", "0.0.0.0",
@@ -172,6 +202,7 @@ class TgiSpec(EngineSpec):
     dialect = "tgi"
     image = "ghcr.io/huggingface/text-generation-inference:3.3.4"
     image_version = "3.3.4"
+    version_path = "/info"  # router/src/server.rs Info: {"version": ..., "model_id": ...}
     container_port = 80
     start_timeout_s = 915.0
     entrypoint = ("text-generation-launcher",)
@@ -231,6 +262,7 @@ class TrtllmSpec(EngineSpec):
     dialect = "trtllm"
     image = "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"
     image_version = "1.0.0"
+    version_path = "/version"  # serve/openai_server.py: {"version": VERSION}
     container_port = 8000
     start_timeout_s = 1815.0
     entrypoint = ("trtllm-serve",)
@@ -319,6 +351,8 @@ class LmdeploySpec(EngineSpec):
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         self.unsupported(cfg, "pipeline_parallel")
+        # the quantization is the checkpoint's format (--model-format)
+        checked_choice(self, "quantization", cfg.quantization, _LMDEPLOY_MODEL_FORMATS)
         return [
             cfg.model,
             "--server-name", "0.0.0.0",

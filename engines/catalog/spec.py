@@ -35,6 +35,7 @@ from engines.sample import EngineSample
 
 _ENV_FORBIDDEN = set('"\\$`\n\r\0')
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_VERSION_TEXT = re.compile(r"v?\d[A-Za-z0-9_.+-]{0,63}")
 _LOADING_WORDS = {"loading", "starting", "initializing", "warming_up", "warmup"}
 _BAD_WORDS = {"error", "unhealthy", "dead", "failed", "fail"}
 
@@ -67,7 +68,14 @@ class EngineSpec:
     """jetson-containers image (dustynv/...) where one exists."""
     cpu_image: str | None = None
     image_version: str | None = None
-    """Engine version in ``image``: picks metric names when the caller knows no better."""
+    """Engine version in ``image``: picks metric names where the running engine does not
+    say its own version (see ``pinned_version``)."""
+    jetson_image_version: str | None = None
+    """Engine version in ``jetson_image`` (Jetson builds lag: vLLM 0.8 speaks V0-era names)."""
+    version_path: str | None = None
+    """Where the running engine says its version: a JSON object with a "version" string
+    (vLLM and TensorRT-LLM ``/version``, SGLang ``/get_server_info``, TGI ``/info``, Ollama
+    ``/api/version``); None where it has no such route."""
     container_port: int
     start_timeout_s: float
     """How long the agent waits for the engine's health after a start before it calls the
@@ -82,6 +90,10 @@ class EngineSpec:
     """What ``health_path`` answers while the model loads: None where connections are
     refused until it has loaded; 503 where the port is open and says "loading" (llama.cpp;
     SGLang through its warm-up); 200 where models load per request (Ollama)."""
+    busy_status: int | None = None
+    """What ``health_path`` answers, once the engine has been ready, when it is too busy to
+    pass its own check in time (SGLang: 503 when its one-token probe got no answer within
+    its timeout): "overloaded", not "loading".  None where no answer means that."""
     checks_model_name: bool = False
     """Answers 404 to a request naming a model it does not serve (others ignore the name)."""
     closes_after_stream: bool = False
@@ -225,13 +237,18 @@ class EngineSpec:
         return {"ENGINE_ARGS": shlex.join(args)}
 
     # -- health ------------------------------------------------------------
-    def classify_health(self, status: int | None, body: bytes | None) -> Health:
+    def classify_health(
+        self, status: int | None, body: bytes | None, *, was_ready: bool = False
+    ) -> Health:
         """Health from one probe of ``health_path``; ``status`` None = refused.
 
         A refused connection reads as loading for engines that open their port
         only after loading; the caller ends that with the container state or a
-        start-up deadline.
+        start-up deadline.  ``was_ready``: the engine passed its start-up gate, so
+        an answer that meant "loading" before means "overloaded" now (``busy_status``).
         """
+        if was_ready and status is not None and status == self.busy_status:
+            return Health.OVERLOADED
         if status is None:
             return Health.LOADING if self.refuses_while_loading else Health.DEAD
         if 200 <= status < 300:
@@ -260,9 +277,28 @@ class EngineSpec:
         """``metric_names`` as this engine version spells them (vLLM renamed series)."""
         return self.metric_names
 
+    def pinned_version(self, image: str | None, platform: str) -> str | None:
+        """The catalog's version of the image a start runs (``image`` None: the platform's
+        default); None for an operator's own image, whose version only the engine knows."""
+        if image not in (None, self.default_image(platform)):
+            return None
+        pinned = {"nvidia": self.image_version, "jetson": self.jetson_image_version}
+        return pinned.get(platform)
+
+    def version_from(self, body: bytes) -> str | None:
+        """The version in an answer of ``version_path``; None when it states none."""
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        version = data.get("version") if isinstance(data, dict) else None
+        if not isinstance(version, str) or not _VERSION_TEXT.fullmatch(version.strip()):
+            return None
+        return version.strip()
+
     def parse_metrics(self, payload: str | bytes, *, version: str | None = None) -> EngineSample:
-        """Payload of ``metrics_path`` → EngineSample; MetricsParseError on garbage."""
-        version = version or self.image_version
+        """Payload of ``metrics_path`` → EngineSample; MetricsParseError on garbage.
+        ``version``: the running engine's (None: unknown, every known name is tried)."""
         fmt = self.metrics_format
         if self.json_metrics_path and _looks_like_json(payload):
             fmt = "json"

@@ -13,6 +13,8 @@ class Health(StrEnum):
     READY = "ready"
     DEAD = "dead"
     UNHEALTHY = "unhealthy"
+    OVERLOADED = "overloaded"
+    """Was ready, and now its health route says it is too busy to answer (SGLang's 503)."""
 
 
 Platform = Literal["nvidia", "jetson", "cpu"]

@@ -1,9 +1,13 @@
 """A misbehaving engine for the fault tests, run by the agent's process runtime as the
-native llamacpp (or vLLM) binary.  It takes the engine's flags, answers ``/health``, and
-serves ``/metrics`` and ``/slots`` from the files ``metrics`` and ``slots`` next to its
-``-m`` / ``--model`` "model" (read per request, so a test changes what it serves by
-rewriting them).  With a file ``loading`` there it never finishes loading: /health
-answers llama-server's 503 "Loading model" and the log's last line is the file's text."""
+native llamacpp (or vLLM, or SGLang) binary.  It takes the engine's flags, answers
+``/health``, and serves ``/metrics`` and ``/slots`` from the files ``metrics`` and
+``slots`` next to its ``-m`` / ``--model`` / ``--model-path`` "model" (read per request,
+so a test changes what it serves by rewriting them).  With a file ``loading`` there it
+never finishes loading: /health answers llama-server's 503 "Loading model" and the log's
+last line is the file's text.  With a file ``health-503`` /health answers SGLang's bare
+503 (its answer while starting, and once up when its own check timed out).  A file
+``version`` is served as ``{"version": ...}`` at vLLM's /version and SGLang's
+/get_server_info."""
 
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from aiohttp import web
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("-m", "--model", dest="model", required=True)  # llama.cpp, vLLM
+    # llama.cpp, vLLM, SGLang
+    parser.add_argument("-m", "--model", "--model-path", dest="model", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args, _ = parser.parse_known_args()  # -np, -c, --metrics... mean nothing here
@@ -25,10 +30,18 @@ def main() -> None:
         print(loading.read_text().strip(), flush=True)
 
     async def health(request: web.Request) -> web.Response:
+        if (pages / "health-503").is_file():
+            return web.Response(status=503)
         if loading.is_file():
             error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
             return web.json_response({"error": error}, status=503)
         return web.json_response({"status": "ok"})
+
+    async def version(request: web.Request) -> web.Response:
+        path = pages / "version"
+        if not path.is_file():
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return web.json_response({"version": path.read_text().strip()})
 
     async def page(request: web.Request) -> web.Response:
         path = pages / request.path.strip("/")
@@ -40,6 +53,8 @@ def main() -> None:
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", page)
     app.router.add_get("/slots", page)
+    app.router.add_get("/version", version)
+    app.router.add_get("/get_server_info", version)
     web.run_app(app, host=args.host, port=args.port, print=None)
 
 

@@ -28,7 +28,8 @@ def exposition(path: Path, *, start: str | None = None, stop: str | None = None)
 
 
 def test_vllm_v1_sample() -> None:
-    s = get_spec("vllm").parse_metrics(exposition(ENGINES / "vllm_v1_fixture_from_source.txt"))
+    text = exposition(ENGINES / "vllm_v1_fixture_from_source.txt")
+    s = get_spec("vllm").parse_metrics(text)
     assert (s.engine, s.kv_cache_usage, s.kv_cache_usage_is_estimate) == ("vllm", 0.4375, False)
     assert (s.requests_running, s.requests_waiting) == (12.0, 3.0)
     assert (s.prompt_tokens_total, s.generation_tokens_total) == (20480.0, 5120.0)
@@ -39,7 +40,8 @@ def test_vllm_v1_sample() -> None:
     assert s.inter_token_latency is not None and s.inter_token_latency.count == 5080.0
     assert s.e2e_latency is not None and s.e2e_latency.sum_s == 49.0
     assert s.generation_tokens_in_flight is None
-    assert s.engine_version == "0.11.0"  # the pinned image's, absent a better guess
+    assert s.engine_version is None  # not told: unknown, never the catalog's pin
+    assert get_spec("vllm").parse_metrics(text, version="0.11.0").engine_version == "0.11.0"
     key = 'vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
     assert s.raw[key] == 12.0
 
@@ -165,7 +167,7 @@ def test_trtllm_json_iteration_stats_newest_entry() -> None:
 
 def test_trtllm_empty_iteration_list_is_nothing_measured() -> None:
     s = get_spec("trtllm").parse_metrics(b"[]")
-    assert s == EngineSample(engine="trtllm", engine_version="1.0.0")
+    assert s == EngineSample(engine="trtllm")
 
 
 def test_trtllm_prometheus_endpoint() -> None:

@@ -191,7 +191,7 @@ def test_generated_exposition_parses_to_the_generated_values(
             lines.append(f'{name}{{model_name="{escape_label(model)}"}} {value!r}')
             raw[f'{name}{{model_name="{model}"}}'] = value
         expected[field] = sum(values) / len(values) if field == "kv_cache_usage" else sum(values)
-    sample = spec.parse_metrics("\n".join(lines) + "\n")
+    sample = spec.parse_metrics("\n".join(lines) + "\n", version=spec.image_version)
     assert sample == EngineSample(
         engine=spec.kind, engine_version=spec.image_version, raw=raw, **expected
     )
