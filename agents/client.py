@@ -219,13 +219,38 @@ class AgentClient:
         chat: bool = True,
         origin: str = "script",
         name: str | None = None,
+        start_at: float | None = None,
     ) -> LoadRunInfo:
         """Start a load run on the engine's node against that engine (``spec`` and
-        ``workload`` as ``loadgen.setup.plain`` gives them)."""
-        body = {"spec": spec, "workload": workload, "model": model, "chat": chat}
-        body |= {"origin": origin} | ({"name": name} if name else {})
+        ``workload`` as ``loadgen.setup.plain`` gives them); ``start_at``: when its first
+        request goes, in epoch seconds on the node's clock."""
+        body = _load_body(spec, workload, model, chat, origin, name, start_at)
         data = await self._request("POST", f"/v1/engines/{engine_id}/loads", json_body=body)
         return load_run_from_dict(data)
+
+    async def start_peer_load(
+        self,
+        peer_url: str,
+        peer_token: str,
+        engine_id: str,
+        spec: dict[str, Any],
+        workload: dict[str, Any],
+        *,
+        model: str,
+        chat: bool = True,
+        origin: str = "script",
+        name: str | None = None,
+        start_at: float | None = None,
+    ) -> LoadRunInfo:
+        """Start a load run on this agent's node against engine ``engine_id`` of the agent
+        at ``peer_url`` (through that agent's proxy, with its token ``peer_token``)."""
+        body = _load_body(spec, workload, model, chat, origin, name, start_at)
+        body["peer"] = {"agent_url": peer_url, "token": peer_token, "engine_id": engine_id}
+        return load_run_from_dict(await self._request("POST", "/v1/loads", json_body=body))
+
+    async def clock(self) -> float:
+        """The node's wall clock (epoch seconds) as its agent read it."""
+        return float((await self._request("GET", "/v1/clock"))["time"])
 
     async def loads(self) -> list[LoadRunInfo]:
         data = await self._request("GET", "/v1/loads")
@@ -346,6 +371,23 @@ class AgentClient:
                 yield event_from_dict(data)
         except ProtocolError as exc:
             raise AgentError(0, str(exc)) from exc
+
+
+def _load_body(
+    spec: dict[str, Any],
+    workload: dict[str, Any],
+    model: str,
+    chat: bool,
+    origin: str,
+    name: str | None,
+    start_at: float | None,
+) -> dict[str, Any]:
+    body = {"spec": spec, "workload": workload, "model": model, "chat": chat, "origin": origin}
+    if name:
+        body["name"] = name
+    if start_at is not None:
+        body["start_at"] = float(start_at)
+    return body
 
 
 def _json_or_text(text: str) -> Any:

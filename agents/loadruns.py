@@ -36,7 +36,7 @@ from loadgen.setup import describe_run, spec_from_plain, workload_from_plain
 from loadgen.subproc import run_load_in_subprocess
 from runs.codec import event_to_dict
 from runs.events import END_EVENTS, RunEvent, RunFailed, RunInterrupted
-from runs.setup import Origin
+from runs.setup import Origin, RunPath
 
 KEEPALIVE_S = 5.0
 """An events stream with nothing new says so with a blank line this often, so a reader
@@ -48,7 +48,42 @@ LOAD_FIELDS: dict[str, type] = {
     "chat": bool,
     "origin": str,
     "name": str,
+    "start_at": float,
 }
+MAX_START_DELAY_S = 120.0
+"""How far ahead a run's ``start_at`` may be: a start set later is a mistake (clocks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineWhere:
+    """The engine a node-side run loads, and how this node reaches it."""
+
+    node: str
+    deployment_id: str
+    gpu_ids: tuple[int, ...]
+    simulated: bool
+    path: RunPath
+
+
+def _model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not model:
+        raise ValueError("a load run needs 'model': the name the engine serves")
+    return str(model)
+
+
+def _start_at(value: float | None) -> float | None:
+    """``start_at`` (epoch seconds on this node's clock) within the next
+    ``MAX_START_DELAY_S``; ValueError in words otherwise."""
+    if value is None:
+        return None
+    ahead_s = value - time.time()
+    if not ahead_s <= MAX_START_DELAY_S:
+        raise ValueError(
+            f"start_at is {ahead_s:.1f} s ahead of this node's clock (at most "
+            f"{MAX_START_DELAY_S:g} s): measure the clock offset again"
+        )
+    return value
 
 
 @dataclass
@@ -182,6 +217,20 @@ class LoadRuns:
         words (a 400) when the body is not a load run."""
         if dep.url is None:
             raise ManagerError(409, f"engine {dep.id} has no address yet (state {dep.state})")
+        target = Target(
+            url=dep.url,
+            model=_model(body),
+            engine_kind=dep.kind,
+            api_key=dep.config.get("api_key"),
+            chat=body.get("chat", True),
+        )
+        where = EngineWhere(self.node, dep.id, tuple(dep.gpu_ids), dep.simulated, "node-local")
+        return self.launch(target, where, body)
+
+    def launch(self, target: Target, where: EngineWhere, body: dict[str, Any]) -> LoadRun:
+        """Run ``body``'s spec and workload at ``target`` from this node in a worker of
+        its own, its events numbered into the run's file; ValueError in words (a 400)
+        when the body is not a load run."""
         spec = spec_from_plain(body.get("spec"))
         workload = workload_from_plain(body.get("workload") or {})
         if workload.dataset is not None:
@@ -189,36 +238,29 @@ class LoadRuns:
         origin = body.get("origin", "script")
         if origin not in get_args(Origin):
             raise ValueError(f"origin must be one of {', '.join(get_args(Origin))}")
-        model = body.get("model")
-        if not model:
-            raise ValueError("a load run needs 'model': the name the engine serves")
-        target = Target(
-            url=dep.url,
-            model=model,
-            engine_kind=dep.kind,
-            api_key=dep.config.get("api_key"),
-            chat=body.get("chat", True),
-        )
+        start_at = _start_at(body.get("start_at"))
         setup = describe_run(
             spec,
             workload,
             target,
             origin=origin,
             name=body.get("name"),
-            node=self.node,
-            deployment_id=dep.id,
-            gpu_ids=dep.gpu_ids,
-            simulated=dep.simulated,
+            node=where.node,
+            deployment_id=where.deployment_id,
+            gpu_ids=where.gpu_ids,
+            simulated=where.simulated,
             load_node=self.node,
-            path="node-local",
+            path=where.path,
         )
         run_id = new_run_id()
-        run = LoadRun(run_id, dep.id, private_dir(self.dir) / f"{run_id}.jsonl", time.time())
+        run = LoadRun(
+            run_id, where.deployment_id, private_dir(self.dir) / f"{run_id}.jsonl", time.time()
+        )
         sink = _EventLog(run, asyncio.get_running_loop(), self.limit_bytes)
 
         async def drive() -> None:
             events = run_load_in_subprocess(
-                spec, workload, target, setup=setup, record=sink, run_id=run_id
+                spec, workload, target, setup=setup, record=sink, run_id=run_id, start_at=start_at
             )
             async with contextlib.aclosing(events):
                 async for _ in events:

@@ -125,7 +125,13 @@ async def engine(request: web.Request) -> web.Response:
     return json_response(to_dict(dep.info()))
 
 
-_TYPE_NAMES = {str: "a string", dict: "an object", list: "a list", bool: "true or false"}
+_TYPE_NAMES = {
+    str: "a string",
+    dict: "an object",
+    list: "a list",
+    bool: "true or false",
+    float: "a number with a decimal point",
+}
 START_FIELDS: dict[str, type] = {
     "kind": str,
     "config": dict,

@@ -22,6 +22,7 @@ from agents.keys import AUDIT, CONFIG, MANAGER, NODE_INFO, REGISTRY, SAMPLER
 from agents.loadruns import add_load_routes
 from agents.manager import EngineManager
 from agents.metrics import make_registry
+from agents.peerloads import add_peer_routes
 from agents.protocol import NodeInfo
 from agents.routes import add_routes, error_middleware
 from agents.runtime import Runtime
@@ -197,4 +198,5 @@ def create_app(
     add_routes(app)
     app.cleanup_ctx.append(_agent_ctx(gpu, runtimes))
     add_load_routes(app)  # after the agent: its runs stop before the engines do
+    add_peer_routes(app)
     return app

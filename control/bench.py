@@ -25,6 +25,7 @@ from rich.progress import (
 from agents.client import AgentError
 from control.bench_output import LiveBar, close_outputs, open_outputs, too_many_failures
 from control.config import ConfigError
+from control.distributed import bench_distributed, split_spec
 from control.loads import probe_engine
 from control.noderuns import NodeRunEnded, bench_on_node
 from control.reach import Placement, agent_target
@@ -73,6 +74,13 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"expected node names like a,b, each once, got {text!r}")
+    return names
+
+
 def _float_list(text: str) -> list[float]:
     try:
         return [float(v) for v in text.split(",") if v.strip()]
@@ -112,6 +120,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--via-proxy",
         action="store_true",
         help="with --node: generate the load here, through the agent's proxy (path proxied)",
+    )
+    t.add_argument(
+        "--load-nodes",
+        type=_names,
+        default=None,
+        help="with --node: split the run over these nodes' agents, e.g. a,b (one run, "
+        "concurrency or rate divided between them, started together on clocks measured "
+        "here; --node's own agent loads it over loopback, the others through its proxy)",
     )
     t.add_argument("--model", help="model name the engine serves (default: the engine's)")
     t.add_argument("--engine", default="openai", choices=known_kinds(), help="engine kind")
@@ -207,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
         spec, workload, target = build(args)
+        if args.load_nodes:
+            split_spec(spec, len(args.load_nodes))  # each node's share is a valid profile
     except (ProfileError, WorkloadError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
@@ -214,8 +232,11 @@ def run(args: argparse.Namespace) -> int:
     if (args.url is None) == (args.node is None) or (args.node is None) != (args.engine_id is None):
         err.print("[red]error:[/] name the engine by --url, or by --node and --engine-id")
         return 2
-    if args.via_proxy and args.node is None:
-        err.print("[red]error:[/] --via-proxy goes with --node and --engine-id")
+    if (args.via_proxy or args.load_nodes) and args.node is None:
+        err.print("[red]error:[/] --via-proxy and --load-nodes go with --node and --engine-id")
+        return 2
+    if args.via_proxy and args.load_nodes:
+        err.print("[red]error:[/] --load-nodes generates the load on those nodes: no --via-proxy")
         return 2
     if args.node is not None:
         try:
@@ -288,7 +309,12 @@ def run(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.start()
         with term:
-            if args.node is not None and not args.via_proxy:
+            if args.load_nodes:
+                running = bench_distributed(
+                    args.config, args.node, args.engine_id, args.load_nodes, spec, workload,
+                    emit_node, model=target.model, chat=target.chat, name=args.name,
+                )  # fmt: skip
+            elif args.node is not None and not args.via_proxy:
                 running = bench_on_node(
                     args.config, args.node, args.engine_id, spec, workload, emit_node,
                     model=target.model, chat=target.chat, name=args.name,

@@ -134,7 +134,7 @@ async def follow_node_run(
                 retry_s = min(retry_s * 2, MAX_RETRY_S)
     finally:
         if not done:
-            await _stop(client, run_id, record, last_seq)
+            await stop_node_run(client, run_id, record, last_seq)
 
 
 def _give_up(record: RunEventSink, reason: str) -> RunInterrupted:
@@ -143,7 +143,9 @@ def _give_up(record: RunEventSink, reason: str) -> RunInterrupted:
     return event
 
 
-async def _stop(client: AgentClient, run_id: str, record: RunEventSink, last_seq: int) -> None:
+async def stop_node_run(
+    client: AgentClient, run_id: str, record: RunEventSink, last_seq: int = 0
+) -> None:
     """Stop the run on the node and record what came after ``last_seq``: the requests it
     finished meanwhile, those it cut, its end."""
     try:

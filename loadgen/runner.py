@@ -70,12 +70,15 @@ async def run_load(
     *,
     run_id: str | None = None,
     setup: RunSetup | None = None,
+    start_at: float | None = None,
 ) -> RunResult:
     """Run every level of ``spec`` in turn; the caller closes ``sink``.
 
     ``setup`` is what ``RunStarted`` carries to the recorder (``describe_run``:
     the caller adds who started the run, where); without one the run is a
-    script's, with no node."""
+    script's, with no node. ``start_at`` (epoch seconds on this machine's clock) holds
+    the first request back until then, once the client is ready: the agents of a
+    distributed run start together."""
     emit = on_progress or (lambda _event: None)
     run_id = run_id or new_run_id()
     quirks = quirks_for(target.engine_kind)
@@ -96,6 +99,8 @@ async def run_load(
     summaries: list[LevelSummary] = []
     written = 0
     async with openai_stream.StreamClient(limits, headers) as client:
+        if start_at is not None:
+            await asyncio.sleep(max(0.0, start_at - time.time()))
         for index, level in enumerate(spec.levels):
             runner = _LevelRun(
                 run_id,

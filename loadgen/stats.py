@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from loadgen.profiles import Level, Slo
 from runs.records import LevelSummary, Percentiles, RequestRecord
@@ -63,24 +63,34 @@ def summarise_level(
     level: Level,
     records: Sequence[RequestRecord],
     slo: Slo | None,
+    clock_offsets_s: Mapping[str, float] | None = None,
 ) -> LevelSummary:
     """Summarise the measured (non-warm-up) records of one level.
 
     The window runs from the first measured send to the last content chunk of a
-    finished request; throughput divides by it, as in vLLM's benchmark.
+    finished request; throughput divides by it, as in vLLM's benchmark. Records sent
+    by several load nodes (``RequestRecord.load_node``) carry times on their own node's
+    clock: ``clock_offsets_s`` (each node's clock minus the run's timeline) puts their
+    sends and ends on one timeline for the window; latencies are differences on one
+    node's clock and never use it.
     """
+    offsets = clock_offsets_s or {}
+
+    def shift(r: RequestRecord) -> float:
+        return offsets.get(r.load_node, 0.0) if r.load_node is not None else 0.0
+
     measured = [r for r in records if not r.warmup]
     done = [r for r in measured if r.ok and not r.incomplete]
     failed = [r for r in measured if not r.ok and not r.incomplete]
     incomplete = sum(1 for r in measured if r.incomplete)
-    started = min((r.sent_at for r in measured), default=0.0)
-    ends = [r.end_at for r in done if r.end_at is not None]
+    sends = sorted(r.sent_at - shift(r) for r in measured)
+    started = sends[0] if sends else 0.0
+    ends = [r.end_at - shift(r) for r in done if r.end_at is not None]
     ended = max(ends, default=started)
     window_s = ended - started
 
     out_tokens = sum(r.output_tokens for r in done)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in done)
-    sends = sorted(r.sent_at for r in measured)
     send_span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
     goodput = None
     if slo is not None:

@@ -87,6 +87,7 @@ def _worker(
     setup: RunSetup | None,
     jsonl_path: str | None,
     run_id: str,
+    start_at: float | None,
     out: Any,
 ) -> None:
     forward = _Forwarder(out)
@@ -97,7 +98,16 @@ def _worker(
         # The parent stops a run it dropped with SIGTERM: cut requests are kept.
         with term:
             run_in_new_loop(
-                run_load(spec, workload, target, sink, forward, run_id=run_id, setup=setup)
+                run_load(
+                    spec,
+                    workload,
+                    target,
+                    sink,
+                    forward,
+                    run_id=run_id,
+                    setup=setup,
+                    start_at=start_at,
+                )
             )
     except KeyboardInterrupt:
         forward(RunInterrupted("stopped by SIGTERM" if term.received else "stopped by Ctrl-C"))
@@ -121,9 +131,11 @@ async def run_load_in_subprocess(
     record: RunEventSink | None = None,
     jsonl_path: str | None = None,
     run_id: str | None = None,
+    start_at: float | None = None,
 ) -> AsyncGenerator[ProgressEvent, None]:
     """Yield the worker's progress events; the last is RunFinished, RunFailed or
-    RunInterrupted.  ``record`` gets every event, finished requests included.
+    RunInterrupted.  ``record`` gets every event, finished requests included;
+    ``start_at`` is ``run_load``'s.
 
     Closing the iterator early stops the worker (SIGTERM): its requests in flight
     are recorded as cut and reach ``record`` with a final ``RunInterrupted``.  Use
@@ -134,7 +146,7 @@ async def run_load_in_subprocess(
     out = ctx.Queue(QUEUE_MESSAGES)
     proc = ctx.Process(
         target=_worker,
-        args=(spec, workload, target, setup, jsonl_path, run_id or new_run_id(), out),
+        args=(spec, workload, target, setup, jsonl_path, run_id or new_run_id(), start_at, out),
         name="infer-top-loadgen",
         daemon=True,
     )

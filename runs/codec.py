@@ -23,7 +23,7 @@ from runs.events import (
     RunStarted,
 )
 from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
-from runs.setup import RunSetup
+from runs.setup import LoadNodeShare, RunSetup
 
 
 class CodecError(ValueError):
@@ -67,6 +67,9 @@ def summary_from_dict(data: dict[str, Any]) -> LevelSummary:
 def setup_from_dict(data: dict[str, Any]) -> RunSetup:
     values = _known(RunSetup, data)
     values["gpu_ids"] = tuple(values.get("gpu_ids", ()))
+    values["load_nodes"] = tuple(
+        LoadNodeShare(**_known(LoadNodeShare, share)) for share in values.get("load_nodes", ())
+    )
     return RunSetup(**values)
 
 

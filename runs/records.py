@@ -54,6 +54,9 @@ class RequestRecord:
     """Sent during the level's warm-up: kept in the sink, left out of the summary."""
     server_decode_tok_s: float | None = None
     """The engine's own decode speed for this request (llama.cpp ``timings``), when sent."""
+    load_node: str | None = None
+    """The node that sent it, in a run split over several load nodes (its times are on
+    that node's clock); None when one load generator sent the whole run."""
 
     @property
     def ok(self) -> bool:

@@ -118,7 +118,9 @@ async def test_a_sweep_from_the_load_screens_path_goes_through_the_proxy(
     try:
         async with AgentClient(b.agent_url, b.token) as client:
             handle = NodeHandle("b", b.agent_url, client, token=b.token)
-            request = LoadRequest("b", engine.id, engine.kind, engine.url, engine.id, SWEEP)
+            request = LoadRequest(
+                "b", engine.id, engine.kind, engine.url, engine.id, SWEEP, load_from="here"
+            )
             request = await resolve_target(handle, request)
         recorder = RunRecorder(store)
         events = [event async for event in run_load(request, recorder)]
@@ -171,8 +173,20 @@ async def test_a_client_that_leaves_mid_stream_frees_the_engines_slot(
         )
 
 
-async def test_the_load_screen_runs_a_sweep_on_node_b_through_the_proxy_and_says_so(
-    fleet: dict[str, TestNode], llama_on_b: EngineInfo, tmp_path: Path
+@pytest.mark.parametrize(
+    ("load_from", "label", "path"),
+    [
+        ("node", "load from b, next to its engine (node-local)", "node-local"),
+        ("here", "load from control-plane → engine on b, through its agent's proxy", "proxied"),
+    ],
+)
+async def test_the_load_screen_runs_a_sweep_from_where_it_is_told_and_says_so(
+    fleet: dict[str, TestNode],
+    llama_on_b: EngineInfo,
+    tmp_path: Path,
+    load_from: str,
+    label: str,
+    path: str,
 ) -> None:
     config = load_config(write_config(tmp_path / "config.toml", fleet))
     config = replace(config, db_path=tmp_path / "runs.db")
@@ -185,9 +199,9 @@ async def test_the_load_screen_runs_a_sweep_on_node_b_through_the_proxy_and_says
             await pilot.press("4")
             key = f"b/{llama_on_b.id}"
             await wait_until(pilot, lambda: key in app.screen.target_keys, "b's engine as target")
-            await run_smoke_load(pilot, key)
-            label = text_of(pilot, "#load-path")
+            await run_smoke_load(pilot, key, load_from)
+            shown = text_of(pilot, "#load-path")
         (run,) = services.store.list_runs()
-    assert "load from control-plane → engine on b" in label and "(proxied)" in label
-    assert run.profile["placement"]["path"] == "proxied" and run.status == "completed"
+    assert label in shown
+    assert run.profile["placement"]["path"] == path and run.status == "completed"
     assert (run.node, run.deployment_id, run.request_count) == ("b", llama_on_b.id, 8)

@@ -94,6 +94,24 @@ def test_bad_arguments_give_a_clear_error_and_exit_2(
     assert words in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--concurrency", "1,2,4"], "concurrency 1 cannot be split over 2 load nodes"),
+        (["--rate", "4", "--max-concurrency", "1"], "max concurrency 1 cannot be split"),
+        (["--requests", "1"], "1 requests per level cannot be split over 2"),
+        (["--concurrency", "2", "--via-proxy"], "no --via-proxy"),
+    ],
+)
+def test_a_run_too_small_to_split_over_the_load_nodes_is_refused_before_it_starts(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Nothing is asked of the (absent) nodes: the config file does not even exist."""
+    where = ["--config", str(tmp_path / "none.toml"), "--node", "b", "--engine-id", "e1"]
+    assert bench([*where, "--load-nodes", "a,b", "--quiet", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
 def test_all_requests_failing_exits_nonzero_and_says_why(
     unused_tcp_port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:

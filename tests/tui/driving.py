@@ -54,11 +54,14 @@ async def wait_for_action(pilot: Pilot[Any], text: str, what: str, timeout_s: fl
     await wait_until(pilot, lambda: text in text_of(pilot, "#action-status"), what, timeout_s)
 
 
-async def run_smoke_load(pilot: Pilot[Any], key: str) -> None:
-    """On the Load screen: the smoke profile against target ``key``, until it is saved."""
+async def run_smoke_load(pilot: Pilot[Any], key: str, load_from: str | None = None) -> None:
+    """On the Load screen: the smoke profile against target ``key`` (generated where
+    ``load_from`` says: "node" or "here"; else the screen's default), until it is saved."""
     screen = pilot.app.screen
     screen.query_one("#target", Select).value = key
     screen.query_one("#profile", Select).value = "smoke"
+    if load_from is not None:
+        screen.query_one("#load-from", Select).value = load_from
     await pilot.click("#run")
     await wait_until(
         pilot,

@@ -130,6 +130,7 @@ async def test_a_tui_run_whose_every_request_failed_is_shown_and_stored_as_faile
             await wait_until(pilot, lambda: bool(screen.target_keys), "the healthy engine")
             screen.query_one("#target").value = "h200-0/vllm-a"  # at 127.0.0.1:9
             screen.query_one("#profile").value = "smoke"
+            screen.query_one("#load-from").value = "here"  # no agent here: its own URL
             await pilot.click("#run")
             await wait_until(
                 pilot,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, SelectionList
 
@@ -163,9 +164,11 @@ def test_help(snap_compare: Any) -> None:
     assert snap_compare(app, terminal_size=SIZE, press=["question_mark"])
 
 
-def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
+@pytest.mark.parametrize("from_here", [False, True], ids=["from_the_node", "from_here"])
+def test_load_finished(snap_compare: Any, seed_store: Any, from_here: bool) -> None:
     """A finished sweep as the Load test screen shows it, from fixed progress events
-    (the simulated vLLM run's own level summaries)."""
+    (the simulated vLLM run's own level summaries), generated on the engine's node (the
+    default) or here through its agent, as the choice and the path line say."""
     from runs.events import LevelFinished
     from tui.messages import LoadFinished, LoadProgress
 
@@ -176,8 +179,10 @@ def test_load_finished(snap_compare: Any, seed_store: Any) -> None:
         await open_screen(pilot, app, "4", nodes=1)
         screen: Any = app.screen
         screen.query_one("#target").value = "h200-0/vllm-a"
+        if from_here:
+            screen.query_one("#load-from").value = "here"
         screen._planned = len(levels)
-        events: list[Any] = [run_started(len(levels))]
+        events: list[Any] = [run_started(len(levels), from_here=from_here)]
         for s in levels:
             events += [*level_events(s, ticks=(1, 2, 3)), LevelFinished(s)]
         for event in events:
@@ -225,12 +230,17 @@ def level_events(s: Any, ticks: tuple[int, ...], *, live_itl: bool = False) -> l
     return events
 
 
-def run_started(levels: int) -> Any:
-    """The fixed run's start (the screen shows only its warnings, of which it has none)."""
+def run_started(levels: int, *, from_here: bool = False) -> Any:
+    """The fixed run's start: generated on the engine's node (the screen's default), or
+    here through its agent's proxy; it has no warnings."""
     from runs.events import RunStarted
-    from runs.setup import RunSetup
+    from runs.setup import CONTROL_PLANE, RunSetup
 
-    setup = RunSetup("tui", "vllm", "m", None, True, spec={}, workload={}, node="h200-0")
+    setup = RunSetup(
+        "tui", "vllm", "m", None, True, spec={}, workload={}, node="h200-0",
+        load_node=CONTROL_PLANE if from_here else "h200-0",
+        path="proxied" if from_here else "node-local",
+    )  # fmt: skip
     return RunStarted("fixed-run", levels, (), setup, 0.0)
 
 

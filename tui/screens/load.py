@@ -12,7 +12,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
 
-from control.loads import PROFILES, LoadRequest, path_label, profile, resolve_target
+from control.loads import (
+    LOAD_FROM,
+    PROFILES,
+    LoadRequest,
+    path_label,
+    profile,
+    resolve_target,
+)
 from control.model import fmt
 from control.services import describe_error
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
@@ -89,6 +96,15 @@ class LoadScreen(BaseScreen):
                         compact=True,
                     )
                     yield Button("Run (r)", id="run", variant="primary", compact=True)
+                with Horizontal(classes="row", id="load-source"):
+                    yield Label("Load ")
+                    yield Select[str](
+                        list(LOAD_FROM),
+                        id="load-from",
+                        value=LOAD_FROM[0][1],
+                        allow_blank=False,
+                        compact=True,
+                    )
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
                 yield Static("", id="load-path")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
@@ -171,6 +187,8 @@ class LoadScreen(BaseScreen):
             return
         node, engine, url = targets[value]
         prof = profile(str(self.query_one("#profile", Select).value))
+        chosen = self.query_one("#load-from", Select).value
+        load_from = next((v for _, v in LOAD_FROM if v == chosen), LOAD_FROM[0][1])
         request = LoadRequest(
             node=node,
             engine_id=engine.id,
@@ -179,13 +197,17 @@ class LoadScreen(BaseScreen):
             model=engine.id,
             profile=prof,
             simulated=engine.simulated,
+            load_from=load_from,
         )
         self._load_running = True
         self._tps.clear()
         self._levels.clear()
         self._planned = len(prof.concurrency)
         sync_table(self.query_one("#load-levels", DataTable), [])
-        self.query_one("#load-status", Static).update(f"starting {prof.description} on {value}")
+        where = next(label for label, v in LOAD_FROM if v == load_from)
+        self.query_one("#load-status", Static).update(
+            f"starting {prof.description} on {value}, {where}"
+        )
         self._run(request)
 
     @work(exclusive=True, group="load", exit_on_error=False)

@@ -1,0 +1,299 @@
+"""Distributed load: one run split over several load nodes' agents, all against one
+engine (docs/design.md, "The run path").
+
+Each load node's agent generates its share (``split_spec``: concurrency, rate and
+request counts divided, each share its own seed) as a node-side run: on the engine's own
+node over loopback (``node-local``), on any other through the engine agent's proxy with
+that agent's token (``proxied``, ``agents/peerloads.py``). Before the start the control
+plane measures each node's clock offset over the agent API (NTP-style: its send and
+receive times around the node's reading, the sample with the shortest round trip kept)
+and has every share start at one instant, given to each node on its own clock. Each
+share is followed as ``control.noderuns`` follows a node run (resuming after a cut link)
+and merged into one run by ``control.merge``; the offsets are stored with the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agents.client import AgentClient, AgentError
+from control.merge import Merger, ShareSink
+from control.noderuns import NodeRunEnded, follow_node_run, stop_node_run
+from control.reach import find_node
+from loadgen.process import new_run_id
+from loadgen.profiles import ClosedLoop, Level, LoadSpec, ProfileError
+from loadgen.runner import Target
+from loadgen.setup import describe_run, plain
+from runs.events import (
+    ProgressEvent,
+    RunEvent,
+    RunEventSink,
+    RunFailed,
+    RunFinished,
+    RunInterrupted,
+    RunResult,
+    RunStarted,
+)
+from runs.setup import LoadNodeShare, Origin
+
+if TYPE_CHECKING:
+    from loadgen.workload import Workload
+
+CLOCK_SAMPLES = 8
+START_LEAD_S = 5.0
+"""How far ahead the shares' common start is set: time for each agent to start its load
+worker (a spawned process) before the first request."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRef:
+    """A node's agent as the control plane reaches it."""
+
+    name: str
+    url: str
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ClockReading:
+    offset_s: float
+    """The node's clock minus this machine's."""
+    rtt_s: float
+    """The round trip of the sample it came from: it is right to within half of it."""
+
+
+async def measure_clock(client: AgentClient, samples: int = CLOCK_SAMPLES) -> ClockReading:
+    """The node's clock offset from the sample with the shortest round trip (the least
+    room for the network to skew it)."""
+    best: ClockReading | None = None
+    for _ in range(samples):
+        sent = time.time()
+        node = await client.clock()
+        received = time.time()
+        reading = ClockReading(node - (sent + received) / 2, received - sent)
+        if best is None or reading.rtt_s < best.rtt_s:
+            best = reading
+    assert best is not None  # samples >= 1
+    return best
+
+
+def _part(total: int, shares: int, share: int) -> int:
+    return total // shares + (1 if share < total % shares else 0)
+
+
+def _split_level(level: Level, shares: int, share: int) -> Level:
+    if isinstance(level, ClosedLoop):
+        if level.concurrency < shares:
+            raise ProfileError(
+                f"concurrency {level.concurrency} cannot be split over {shares} load nodes "
+                f"(each needs at least 1): use levels of {shares} or more"
+            )
+        return ClosedLoop(_part(level.concurrency, shares, share))
+    cap = level.max_concurrency
+    if cap is not None and cap < shares:
+        raise ProfileError(f"max concurrency {cap} cannot be split over {shares} load nodes")
+    return replace(
+        level,
+        rate_rps=level.rate_rps / shares,
+        max_concurrency=None if cap is None else _part(cap, shares, share),
+    )
+
+
+def split_spec(spec: LoadSpec, shares: int) -> tuple[LoadSpec, ...]:
+    """``spec`` as ``shares`` specs that together send it: each level's concurrency (or
+    rate and cap) and the request and warm-up counts divided (the first shares take the
+    remainder), share ``i`` with seed ``spec.seed + i`` so their arrivals are independent.
+    ProfileError when a level is too small to give each share some."""
+    requests = spec.requests_per_level
+    if requests is not None and requests < shares:
+        raise ProfileError(f"{requests} requests per level cannot be split over {shares} nodes")
+    return tuple(
+        replace(
+            spec,
+            levels=tuple(_split_level(level, shares, i) for level in spec.levels),
+            requests_per_level=None if requests is None else _part(requests, shares, i),
+            warmup_requests=_part(spec.warmup_requests, shares, i),
+            seed=spec.seed + i,
+        )
+        for i in range(shares)
+    )
+
+
+def split_workload(workload: Workload, shares: int) -> tuple[Workload, ...]:
+    """Share ``i`` draws its prompts with seed ``workload.seed + i``: the nodes do not
+    send the same prompts (an engine's prefix cache would flatter the run)."""
+    return tuple(replace(workload, seed=workload.seed + i) for i in range(shares))
+
+
+async def run_distributed(
+    engine: AgentRef,
+    engine_id: str,
+    load_nodes: Sequence[AgentRef],
+    spec: LoadSpec,
+    workload: Workload,
+    record: RunEventSink,
+    *,
+    model: str | None = None,
+    chat: bool = True,
+    origin: Origin = "script",
+    name: str | None = None,
+    start_lead_s: float = START_LEAD_S,
+) -> AsyncGenerator[ProgressEvent, None]:
+    """The merged run's progress events, the last of them its end; ``record`` gets the
+    merged run's every event. Closing it early stops every share on its node (their cut
+    requests are recorded). ProfileError, AgentError before anything started."""
+    names = [n.name for n in load_nodes]
+    if not names or len(set(names)) != len(names):
+        raise ProfileError(f"name each load node once: {', '.join(names) or 'none'}")
+    shares, workloads = split_spec(spec, len(names)), split_workload(workload, len(names))
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {
+            ref.name: await stack.enter_async_context(AgentClient(ref.url, ref.token))
+            for ref in (engine, *load_nodes)
+        }
+        info = await clients[engine.name].engine(engine_id)
+        if info.url is None:
+            raise AgentError(409, f"engine {engine_id} on {engine.name} has no address yet")
+        model = model or str(info.config.get("model") or "")
+        clocks = {node: await measure_clock(client) for node, client in clients.items()}
+        base_s = clocks[engine.name].offset_s  # the run's timeline: the engine node's clock
+        setup = describe_run(
+            spec,
+            workload,
+            Target(info.url, model, info.kind, chat=chat),
+            origin=origin,
+            name=name,
+            node=engine.name,
+            deployment_id=info.id,
+            gpu_ids=tuple(info.gpu_ids),
+            simulated=info.simulated,
+            load_node=",".join(names),
+            path="distributed",
+            load_nodes=tuple(
+                LoadNodeShare(
+                    node,
+                    "node-local" if node == engine.name else "proxied",
+                    clocks[node].offset_s,
+                    clocks[node].rtt_s,
+                )
+                for node in names
+            ),
+        )
+        run_id = new_run_id()
+        offsets = {node: clocks[node].offset_s - base_s for node in names}
+        merger = Merger(run_id, spec, shares, names, offsets, record)
+        start_s = time.time() + start_lead_s  # on this machine's clock
+        yield merger.start(RunStarted(run_id, len(spec.levels), (), setup, start_s + base_s))
+        started: list[tuple[int, str]] = []
+        try:
+            for i, node in enumerate(names):
+                start_at = start_s + clocks[node].offset_s  # the same instant, on its clock
+                load = (plain(shares[i]), plain(workloads[i]))
+                if node == engine.name:
+                    run = await clients[node].start_load(
+                        engine_id, *load, model=model, chat=chat, origin=origin, name=name,
+                        start_at=start_at,
+                    )  # fmt: skip
+                else:
+                    run = await clients[node].start_peer_load(
+                        engine.url, engine.token, engine_id, *load, model=model, chat=chat,
+                        origin=origin, name=name, start_at=start_at,
+                    )  # fmt: skip
+                started.append((i, run.run_id))
+        except BaseException as exc:  # refused, or stopped meanwhile: stop those started
+            for i, run_id_on_node in started:
+                await stop_node_run(clients[names[i]], run_id_on_node, ShareSink(merger, i))
+            if not isinstance(exc, AgentError):
+                raise
+            refused = names[len(started)]
+            yield merger.end(RunFailed(f"load node {refused} refused its share: {exc}"))
+            return
+        events = _follow_shares(merger, [(clients[names[i]], i, r) for i, r in started])
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+
+async def _follow_shares(
+    merger: Merger, runs: Sequence[tuple[AgentClient, int, str]]
+) -> AsyncGenerator[ProgressEvent, None]:
+    """Follow every share's node run at once, merging their events; a share that fails
+    or is stopped stops the others, and the run ends with its words."""
+    queue: asyncio.Queue[tuple[int, ProgressEvent | Exception]] = asyncio.Queue()
+
+    async def pump(client: AgentClient, share: int, run_id: str) -> None:
+        events = follow_node_run(client, run_id, ShareSink(merger, share))
+        try:
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    await queue.put((share, event))
+        except Exception as exc:  # a bug or an undecodable event: the run ends with it
+            await queue.put((share, exc))
+
+    tasks = [asyncio.create_task(pump(*run)) for run in runs]
+
+    async def stop_all() -> None:  # each share stops on its node, its cut requests kept
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        while merger.ended is None:
+            share, item = await queue.get()
+            merged: list[ProgressEvent] = (
+                [RunFailed(f"load node {merger.nodes[share]}: {item!r}")]
+                if isinstance(item, Exception)
+                else merger.on_share_event(share, item)
+            )
+            for event in merged:
+                if isinstance(event, RunFailed | RunInterrupted):
+                    await stop_all()
+                    yield merger.end(event)
+                    return
+                yield event
+    finally:
+        await stop_all()
+        merger.end(RunInterrupted("stopped before the end: every load node's share stopped"))
+
+
+async def bench_distributed(
+    config_file: Path | None,
+    engine_node: str,
+    engine_id: str,
+    load_nodes: Sequence[str],
+    spec: LoadSpec,
+    workload: Workload,
+    emit: Callable[[RunEvent], None],
+    *,
+    model: str,
+    chat: bool,
+    name: str | None,
+) -> RunResult:
+    """``infer-top bench --node --engine-id --load-nodes``: the run split over the load
+    nodes' agents, every event of the merged run to ``emit``; its result, or NodeRunEnded
+    when it had none."""
+
+    def ref(node_name: str) -> AgentRef:
+        node = find_node(config_file, node_name)
+        return AgentRef(node.name, node.url, node.read_token())
+
+    class Emit:
+        on_event = staticmethod(emit)
+
+    last: ProgressEvent | None = None
+    events = run_distributed(
+        ref(engine_node), engine_id, [ref(n) for n in load_nodes], spec, workload, Emit(),
+        model=model, chat=chat, origin="bench", name=name,
+    )  # fmt: skip
+    async with contextlib.aclosing(events):
+        async for event in events:
+            last = event
+    if isinstance(last, RunFinished):
+        return last.result
+    raise NodeRunEnded(f"the run on nodes {', '.join(load_nodes)} ended without a result: {last}")
