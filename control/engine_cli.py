@@ -55,7 +55,9 @@ examples:
   logs   one {"engine_id", "line"} per line (JSON lines)
   error  {"ok": false, "node", "action", "error": {"code", "message", ...}}
 ENGINE: id kind runtime state health url port gpu_ids model config simulated started_at
-  healthy_at start_timeout_s message last_log_line exit_code volumes
+  healthy_at start_timeout_s message last_log_line exit_code volumes image_pull
+image_pull (Compose engines): null, or {"image", "state": present | pulling | pulled,
+  "done_bytes", "total_bytes", "layers_done", "layers_total"}
 error codes: config unreachable unauthorized refused_by_policy not_found refused
   start_failed (with phase, last_log_line, engine) swap_failed agent_error
 

@@ -121,13 +121,17 @@ async def wait_healthy(
         if info.state in PHASES:
             phase = info.state
         step = PHASES.index(info.state) + 1 if info.state in PHASES else 1
+        fraction: float | None = step / (len(PHASES) + 1)
+        pull = info.image_pull
+        if info.state == "starting" and pull is not None and pull.state == "pulling":
+            fraction = pull.fraction  # the bar follows the pull's bytes (message says so)
         text = f"{engine_id}: {info.state}, health {info.health}"
         if info.message:
             text += f" — {info.message}"
         if info.last_log_line:
             text += f" | {info.last_log_line}"
         if text != last:
-            progress(text, step / (len(PHASES) + 1))
+            progress(text, fraction)
             last = text
         if time.monotonic() > deadline:
             waited_s = time.monotonic() - started

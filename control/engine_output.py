@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from agents.client import AgentError
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, to_dict
 from control.config import ConfigError
 from control.engine_ops import EngineFailed
 
@@ -51,6 +51,7 @@ ENGINE_FIELDS = (
     "last_log_line",
     "exit_code",
     "volumes",
+    "image_pull",
 )
 """The fields of an engine in ``--json`` output, in this order (README documents them)."""
 
@@ -76,6 +77,7 @@ def engine_json(info: EngineInfo) -> dict[str, object]:
         "last_log_line": info.last_log_line,
         "exit_code": info.exit_code,
         "volumes": list(info.volumes),
+        "image_pull": None if info.image_pull is None else to_dict(info.image_pull),
     }
     return {name: values[name] for name in ENGINE_FIELDS}
 
