@@ -146,7 +146,14 @@ class ComposeRuntime:
         def report(pull: ImagePull) -> None:  # from the pull's thread: two plain assignments
             dep.image_pull, dep.message = pull, pull.describe()
 
-        await asyncio.to_thread(ensure_images, self.docker, images, self.node, report)
+        def ensure() -> None:
+            try:
+                client = self.docker
+            except Exception as exc:  # DockerException: no daemon answers the socket
+                raise RuntimeError_(f"Docker does not answer on node {self.node}: {exc}") from exc
+            ensure_images(client, images, self.node, report)
+
+        await asyncio.to_thread(ensure)
         # The images are on the node now (present, or pulled above with progress): Compose
         # must not pull again, silently and with nothing shown.
         await self._compose(dep, "up", "-d", "--no-build", "--pull", "never", env=env)

@@ -81,8 +81,8 @@ def ensure_images(
             client.images.get(image)
         except docker.errors.ImageNotFound:
             pass
-        except docker.errors.APIError as exc:
-            raise RuntimeError_(f"cannot inspect image {image}: {exc}") from exc
+        except Exception as exc:  # APIError, or no daemon (requests' ConnectionError)
+            raise RuntimeError_(f"cannot inspect image {image} on node {node}: {exc}") from exc
         else:
             report(ImagePull(image=image, state="present"))
             continue
@@ -94,8 +94,12 @@ def ensure_images(
                 if message.get("error"):
                     raise RuntimeError_(_missing(image, node, str(message["error"])))
                 report(progress.feed(message))
+        except RuntimeError_:
+            raise
         except docker.errors.APIError as exc:
             raise RuntimeError_(_missing(image, node, str(exc.explanation or exc))) from exc
+        except Exception as exc:  # the stream stalled past the client's timeout, or broke
+            raise RuntimeError_(_missing(image, node, f"{type(exc).__name__}: {exc}")) from exc
         report(progress.view("pulled"))
 
 
