@@ -185,9 +185,18 @@ class AgentClient:
         *,
         kind: str | None = None,
         options: dict[str, Any] | None = None,
-        timeout_s: float = 900,
+        timeout_s: float | None = None,
+        health_timeout_s: float | None = None,
     ) -> EngineInfo:
-        body = {"config": config, "kind": kind, "options": options}
+        """Swap and answer when the new engine is healthy, or the old one is back (an
+        AgentError 502). ``health_timeout_s`` replaces the new engine spec's health wait;
+        without ``timeout_s`` the call waits for that and a roll-back's start too."""
+        if timeout_s is None:
+            new_s = _start_answer_budget_s(kind or "", health_timeout_s)
+            timeout_s = max(SWAP_ANSWER_MIN_S, 2 * new_s)
+        body: dict[str, Any] = {"config": config, "kind": kind, "options": options}
+        if health_timeout_s is not None:  # the engine spec's own limit otherwise
+            body["health_timeout_s"] = health_timeout_s
         data = await self._request(
             "POST",
             f"/v1/engines/{engine_id}/swap",
@@ -399,6 +408,10 @@ def _json_or_text(text: str) -> Any:
 
 START_ANSWER_MARGIN_S = 60.0
 """Beyond the agent's health budget: its own verdict on the start arrives first."""
+
+
+SWAP_ANSWER_MIN_S = 900.0
+"""A swap stops one engine and starts another (and, on failure, the old one again)."""
 
 
 def _start_answer_budget_s(kind: str, health_timeout_s: float | None) -> float:

@@ -420,6 +420,7 @@ class EngineManager:
         *,
         kind: str | None = None,
         options: dict[str, Any] | None = None,
+        health_timeout_s: float | None = None,
     ) -> Deployment:
         """Stop the old engine, start the new one on the same GPUs and port; if the new
         one fails its health gate, bring the old configuration back."""
@@ -427,7 +428,9 @@ class EngineManager:
         new_kind = kind or old.kind
         launch = {**launch, "port": old.port, "gpu_ids": list(old.gpu_ids)}
         options = old.options if options is None else options  # keep the model mount
-        candidate = self.prepare(new_kind, launch, list(old.gpu_ids), options, old.runtime)
+        candidate = self.prepare(
+            new_kind, launch, list(old.gpu_ids), options, old.runtime, health_timeout_s
+        )
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
             previous = (old.kind, dict(old.config), dict(old.options), old.start_timeout_s)
             await self._take_down(old)

@@ -53,6 +53,43 @@ class NodeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ImagePull:
+    """An image a Compose start needs, as the agent got it onto the node: ``present``
+    (used as it was, no registry asked), ``pulling`` (bytes and layers so far, from
+    Docker's own pull progress) or ``pulled``."""
+
+    image: str
+    state: str
+    done_bytes: int | None = None
+    total_bytes: int | None = None
+    """Of the layers whose size Docker has announced so far (it grows early in a pull)."""
+    layers_done: int | None = None
+    layers_total: int | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        """Bytes downloaded of those announced; None before any size is known."""
+        if self.state != "pulling":
+            return 1.0
+        if not self.total_bytes:
+            return None
+        return min(1.0, (self.done_bytes or 0) / self.total_bytes)
+
+    def describe(self) -> str:
+        if self.state == "present":
+            return f"image {self.image} present on the node (not pulled)"
+        if self.state == "pulled":
+            return f"image {self.image} pulled"
+        mib = 1024 * 1024
+        text = f"pulling image {self.image}"
+        if self.total_bytes:
+            text += f": {(self.done_bytes or 0) / mib:,.0f} of {self.total_bytes / mib:,.0f} MiB"
+        if self.layers_total:
+            text += f", {self.layers_done or 0} of {self.layers_total} layers done"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInfo:
     """One deployment the agent manages (a Compose project, a process or a simulator)."""
 
@@ -92,6 +129,8 @@ class EngineInfo:
     Its metrics are read with the series names of this version."""
     engine_version_from: str | None = None
     """Where ``engine_version`` came from, in words."""
+    image_pull: ImagePull | None = None
+    """A Compose engine's image: present, or its pull's progress while it starts."""
 
 
 EVENT_KINDS = (
@@ -171,7 +210,7 @@ def _build(cls: type[Any], data: Any) -> Any:
         if f.name not in data:
             continue
         value = data[f.name]
-        if f.name in one:
+        if f.name in one and value is not None:
             value = _build(one[f.name], value)
         elif f.name in many:
             if not isinstance(value, list | tuple):
@@ -191,7 +230,10 @@ def _decode(cls: type[Any], data: Any) -> Any:
     return _build(cls, reported(data))
 
 
-_NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {TelemetryFrame: {"host": HostSample}}
+_NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {
+    TelemetryFrame: {"host": HostSample},
+    EngineInfo: {"image_pull": ImagePull},
+}
 _NESTED_MANY: dict[type[Any], dict[str, type[Any]]] = {
     TelemetryFrame: {"gpus": GpuSample, "engines": EngineTelemetry},
     GpuSample: {"processes": GpuProcess},

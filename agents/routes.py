@@ -142,7 +142,12 @@ START_FIELDS: dict[str, type] = {
     "health_timeout_s": object,  # seconds, bounds checked by the manager
 }
 STOP_FIELDS: dict[str, type] = {"remove_volumes": list}
-SWAP_FIELDS: dict[str, type] = {"config": dict, "kind": str, "options": dict}
+SWAP_FIELDS: dict[str, type] = {
+    "config": dict,
+    "kind": str,
+    "options": dict,
+    "health_timeout_s": object,  # as START_FIELDS
+}
 
 
 async def read_body(request: web.Request, fields: dict[str, type]) -> dict[str, Any]:
@@ -247,6 +252,7 @@ async def swap(request: web.Request) -> web.StreamResponse:
         body.get("config") or {},
         kind=body.get("kind"),
         options=body.get("options"),
+        health_timeout_s=body.get("health_timeout_s"),
     )
     return json_response(to_dict(dep.info()))
 

@@ -23,7 +23,14 @@ PHASES = ("starting", "loading", "ready")
 
 
 class EngineFailed(RuntimeError):
-    """The engine did not become healthy; the message says what the agent saw."""
+    """The engine did not become healthy; the message says what the agent saw, ``phase``
+    the last start phase seen before it failed (starting: bringing it up, image pulls
+    included; loading: waiting for its health route) and ``info`` the agent's last record."""
+
+    def __init__(self, message: str, *, phase: str, info: EngineInfo | None = None) -> None:
+        super().__init__(message)
+        self.phase = phase
+        self.info = info
 
 
 def engine_choices() -> tuple[str, ...]:
@@ -93,10 +100,11 @@ async def wait_healthy(
     started = time.monotonic()
     deadline: float | None = None if timeout_s is None else started + timeout_s
     last = ""
+    phase = PHASES[0]  # the agent accepted the start in this phase
     while True:
         info = _find(await client.engines(), engine_id)
         if info is None:
-            raise EngineFailed(f"engine {engine_id} disappeared from the agent")
+            raise EngineFailed(f"engine {engine_id} disappeared from the agent", phase=phase)
         if deadline is None:
             budget_s = (info.start_timeout_s or DEFAULT_START_BUDGET_S) + START_MARGIN_S
             deadline = started + budget_s
@@ -104,19 +112,34 @@ async def wait_healthy(
             progress(f"{engine_id} is healthy at {info.url or '?'}", 1.0)
             return info
         if info.state in FAILED_STATES:
-            raise EngineFailed(f"{engine_id} {info.state}: {info.message or 'no reason given'}")
+            reason = info.message or "no reason given"
+            raise EngineFailed(
+                f"{engine_id} {info.state} while {phase}: {reason}",
+                phase=phase,
+                info=info,
+            )
+        if info.state in PHASES:
+            phase = info.state
         step = PHASES.index(info.state) + 1 if info.state in PHASES else 1
+        fraction: float | None = step / (len(PHASES) + 1)
+        pull = info.image_pull
+        if info.state == "starting" and pull is not None and pull.state == "pulling":
+            fraction = pull.fraction  # the bar follows the pull's bytes (message says so)
         text = f"{engine_id}: {info.state}, health {info.health}"
         if info.message:
             text += f" — {info.message}"
         if info.last_log_line:
             text += f" | {info.last_log_line}"
         if text != last:
-            progress(text, step / (len(PHASES) + 1))
+            progress(text, fraction)
             last = text
         if time.monotonic() > deadline:
             waited_s = time.monotonic() - started
-            raise EngineFailed(f"{engine_id} not healthy after {waited_s:.0f}s ({info.state})")
+            raise EngineFailed(
+                f"{engine_id} not healthy after {waited_s:.0f}s ({info.state})",
+                phase=phase,
+                info=info,
+            )
         await asyncio.sleep(poll_s)
 
 
@@ -128,23 +151,52 @@ async def start_engine(
     progress: Progress,
     *,
     runtime: str | None = None,
+    options: LaunchFields | None = None,
+    health_timeout_s: float | None = None,
 ) -> EngineInfo:
+    """Start and follow it to healthy; ``health_timeout_s`` replaces the engine spec's
+    health wait on the agent (a large load), and the wait here follows it."""
     progress(f"asking the agent to start {kind} on GPU(s) {list(gpus) or 'none'}", 0.05)
-    info = await client.start(kind, dict(config), list(gpus), runtime=runtime, wait=False)
+    info = await client.start(
+        kind,
+        dict(config),
+        list(gpus),
+        runtime=runtime,
+        options=options,
+        wait=False,
+        health_timeout_s=health_timeout_s,
+    )
     progress(f"agent accepted: deployment {info.id}", 0.1)
     return await wait_healthy(client, info.id, progress)
 
 
 async def swap_engine(
-    client: AgentLike, engine_id: str, config: LaunchFields, progress: Progress
+    client: AgentLike,
+    engine_id: str,
+    config: LaunchFields,
+    progress: Progress,
+    *,
+    kind: str | None = None,
+    health_timeout_s: float | None = None,
 ) -> EngineInfo:
+    """Swap to ``config`` (and ``kind``, else the same engine); the agent rolls back to
+    the previous one when the new one fails (an AgentError 502 says so)."""
     progress(f"asking the agent to swap {engine_id}", 0.05)
-    result = await client.swap(engine_id, dict(config))
+    result = await client.swap(
+        engine_id, dict(config), kind=kind, health_timeout_s=health_timeout_s
+    )
     # the agent answers with the deployment that replaced it (its id may be new)
     return await wait_healthy(client, result.id or engine_id, progress)
 
 
-async def stop_engine(client: AgentLike, engine_id: str, progress: Progress) -> None:
-    progress(f"stopping {engine_id}", 0.5)
-    await client.stop(engine_id)
-    progress(f"{engine_id} stopped", 1.0)
+async def stop_engine(
+    client: AgentLike, engine_id: str, progress: Progress, *, remove_volumes: Sequence[str] = ()
+) -> EngineInfo:
+    """Stop it; its volumes stay unless ``remove_volumes`` names them (their data goes)."""
+    what = f" and remove volumes {', '.join(remove_volumes)}" if remove_volumes else ""
+    progress(f"stopping {engine_id}{what}", 0.5)
+    info = await client.stop(engine_id, remove_volumes=remove_volumes)
+    progress(
+        f"{engine_id} stopped" + (f", removed {', '.join(remove_volumes)}" if what else ""), 1.0
+    )
+    return info

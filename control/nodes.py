@@ -33,12 +33,21 @@ class AgentLike(Protocol):
         gpus: list[int] | None = None,
         *,
         runtime: str | None = None,
+        options: LaunchFields | None = None,
         wait: bool = True,
+        health_timeout_s: float | None = None,
     ) -> EngineInfo: ...
 
-    async def stop(self, engine_id: str) -> EngineInfo: ...
+    async def stop(self, engine_id: str, remove_volumes: Sequence[str] = ()) -> EngineInfo: ...
 
-    async def swap(self, engine_id: str, config: LaunchFields) -> EngineInfo: ...
+    async def swap(
+        self,
+        engine_id: str,
+        config: LaunchFields,
+        *,
+        kind: str | None = None,
+        health_timeout_s: float | None = None,
+    ) -> EngineInfo: ...
 
     def logs(self, engine_id: str, tail: int = 200, follow: bool = False) -> AsyncIterator[str]: ...
 

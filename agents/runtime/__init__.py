@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, ImagePull
 from agents.security import redacted
 
 
@@ -43,6 +43,8 @@ class Deployment:
     engine_version: str | None = None
     """The running engine's version (see EngineInfo); its metrics are read in its dialect."""
     engine_version_from: str | None = None
+    image_pull: ImagePull | None = None
+    """Its image as the start found it (Compose): present, or the pull's progress."""
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -75,6 +77,7 @@ class Deployment:
             volumes=self.volumes,
             engine_version=self.engine_version,
             engine_version_from=self.engine_version_from,
+            image_pull=self.image_pull,
         )
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.catalog_adapter import api_key_variables, compose_path, get_spec, launch_config
+from agents.protocol import ImagePull
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
+from agents.runtime.images import ensure_images
 from agents.runtime.state import StateStore, deployment_from_record
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE
 
@@ -139,6 +141,21 @@ class ComposeRuntime:
     async def start(self, dep: Deployment) -> None:
         path, env = self.render(dep)
         self.state.save(dep, compose_file=str(path), env=env)
+        images = (await self._compose(dep, "config", "--images", env=env)).split()
+
+        def report(pull: ImagePull) -> None:  # from the pull's thread: two plain assignments
+            dep.image_pull, dep.message = pull, pull.describe()
+
+        def ensure() -> None:
+            try:
+                client = self.docker
+            except Exception as exc:  # DockerException: no daemon answers the socket
+                raise RuntimeError_(f"Docker does not answer on node {self.node}: {exc}") from exc
+            ensure_images(client, images, self.node, report)
+
+        await asyncio.to_thread(ensure)
+        # The images are on the node now (present, or pulled above with progress): Compose
+        # must not pull again, silently and with nothing shown.
         await self._compose(dep, "up", "-d", "--no-build", "--pull", "never", env=env)
         dep.volumes = await asyncio.to_thread(self._volumes, dep)
 

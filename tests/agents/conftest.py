@@ -1,8 +1,12 @@
-"""Agent test fixtures: a real agent app on a loopback port, replaying the H200 trace."""
+"""Agent test fixtures: a real agent app on a loopback port, replaying the H200 trace; for
+the Docker tests, a node name, agent config and model-cache volume of the test's own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +42,73 @@ async def agent(make_config: Callable[..., AgentConfig]) -> AsyncIterator[tuple[
     """A replay agent on 127.0.0.1:<free> with the sim runtime; yields (url, client)."""
     async with embedded_agent(make_config()) as (url, token), AgentClient(url, token) as client:
         yield url, client
+
+
+# --- the real Docker daemon and the rig's llama-server image (marker docker) ---
+
+
+def containers(node: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", f"label=org.infer-top.node={node}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+@pytest.fixture
+def node(rig: object) -> Iterator[str]:
+    """A node name of this test only; whatever it left running is removed afterwards."""
+    name = f"itest{uuid.uuid4().hex[:8]}"
+    yield name
+    leftovers = containers(name)
+    if leftovers:
+        subprocess.run(["docker", "rm", "-f", "-v", *leftovers], capture_output=True)
+
+
+@pytest.fixture
+def docker_config(
+    make_config: Callable[..., AgentConfig], rig: object, node: str, tmp_path: Path
+) -> AgentConfig:
+    return make_config(
+        node_name=node,
+        interval_s=0.5,
+        allowed_engines=frozenset({"llamacpp"}),
+        allowed_images=frozenset({rig.llama_image}),  # type: ignore[attr-defined]
+        adopt_on_start=True,
+        state_dir=tmp_path / "state",
+    )
+
+
+def llama(rig: object, slots: int) -> dict:
+    return {
+        "model": "/models/tiny.gguf",
+        "image": rig.llama_image,  # type: ignore[attr-defined]
+        "max_num_seqs": slots,
+        "context_len": 256,
+    }
+
+
+@pytest.fixture
+def cache_volume(node: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The llama.cpp model-cache volume under a name of this test only (the agent runs in
+    this process: Compose reads MODEL_CACHE_VOLUME from its environment); afterwards the
+    test's containers go, then the volume, whatever the test left."""
+    name = f"itest-cache-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("MODEL_CACHE_VOLUME", name)
+    try:
+        yield name
+    finally:
+        if leftovers := containers(node):
+            subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
+        for volume in (name, f"{name}-bystander"):
+            subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
+
+
+def docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60)
+
+
+async def volume_exists(name: str) -> bool:
+    return (await asyncio.to_thread(docker, "volume", "inspect", name)).returncode == 0

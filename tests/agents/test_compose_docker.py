@@ -8,8 +8,7 @@ import json
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,52 +24,9 @@ from telemetry import TelemetryFrame
 from tests.ports import free_port
 from tests.waiting import apoll_until
 
-from .conftest import TOKEN
+from .conftest import TOKEN, containers, docker, llama, volume_exists
 
 pytestmark = pytest.mark.docker
-
-
-def containers(node: str) -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-a", "-q", "--filter", f"label=org.infer-top.node={node}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.split()
-
-
-@pytest.fixture
-def node(rig: object) -> Iterator[str]:
-    """A node name of this test only; whatever it left running is removed afterwards."""
-    name = f"itest{uuid.uuid4().hex[:8]}"
-    yield name
-    leftovers = containers(name)
-    if leftovers:
-        subprocess.run(["docker", "rm", "-f", "-v", *leftovers], capture_output=True)
-
-
-@pytest.fixture
-def docker_config(
-    make_config: Callable[..., AgentConfig], rig: object, node: str, tmp_path: Path
-) -> AgentConfig:
-    return make_config(
-        node_name=node,
-        interval_s=0.5,
-        allowed_engines=frozenset({"llamacpp"}),
-        allowed_images=frozenset({rig.llama_image}),  # type: ignore[attr-defined]
-        adopt_on_start=True,
-        state_dir=tmp_path / "state",
-    )
-
-
-def llama(rig: object, slots: int) -> dict:
-    return {
-        "model": "/models/tiny.gguf",
-        "image": rig.llama_image,  # type: ignore[attr-defined]
-        "max_num_seqs": slots,
-        "context_len": 256,
-    }
 
 
 async def stream_chat(url: str, stop: asyncio.Event) -> int:
@@ -405,30 +361,6 @@ async def test_the_api_key_reaches_the_container_by_environment_not_command_line
     keyless_env = by_engine[started.id]["Config"]["Env"]
     assert not any(e.startswith("LLAMA_API_KEY=") for e in keyless_env), keyless_env
     assert containers(node) == []
-
-
-@pytest.fixture
-def cache_volume(node: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The llama.cpp model-cache volume under a name of this test only (the agent runs in
-    this process: Compose reads MODEL_CACHE_VOLUME from its environment); afterwards the
-    test's containers go, then the volume, whatever the test left."""
-    name = f"itest-cache-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("MODEL_CACHE_VOLUME", name)
-    try:
-        yield name
-    finally:
-        if leftovers := containers(node):
-            subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True)
-        for volume in (name, f"{name}-bystander"):
-            subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True)
-
-
-def docker(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=60)
-
-
-async def volume_exists(name: str) -> bool:
-    return (await asyncio.to_thread(docker, "volume", "inspect", name)).returncode == 0
 
 
 async def volume_file(rig: object, volume: str, name: str) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, ImagePull
 from control import engine_ops
 from control.engine_ops import EngineFailed, wait_healthy
 
@@ -60,3 +60,38 @@ async def test_the_wait_ends_after_the_agents_budget_and_says_how_long(
         await wait_healthy(agent, "e1", lambda *_: None)
     # given up at the first poll past budget + margin (230 s), not at a fixed 300 s
     assert fake_clock[0] == 300
+
+
+class PullingAgent:
+    """An engine whose image is pulled first (as the agent reports it: ``image_pull`` and
+    its words in ``message``), then healthy."""
+
+    def __init__(self, pulls: Sequence[ImagePull]) -> None:
+        self.pulls, self.calls = list(pulls), 0
+
+    async def engines(self) -> list[EngineInfo]:
+        self.calls += 1
+        if self.calls > len(self.pulls):
+            return [EngineInfo("e1", "vllm", "compose", "ready", "healthy", start_timeout_s=900)]
+        pull = self.pulls[self.calls - 1]
+        info = EngineInfo(
+            "e1", "vllm", "compose", "starting", "unknown", start_timeout_s=900,
+            message=pull.describe(), image_pull=pull,
+        )  # fmt: skip
+        return [info]
+
+
+async def test_an_image_pull_moves_the_bar_by_its_bytes_and_says_so(
+    fake_clock: list[float],
+) -> None:
+    mib = 1024 * 1024
+    pulls = [
+        ImagePull("vllm/vllm-openai:v0.11.0", "pulling", 0, None, 0, 3),
+        ImagePull("vllm/vllm-openai:v0.11.0", "pulling", 512 * mib, 2048 * mib, 1, 3),
+        ImagePull("vllm/vllm-openai:v0.11.0", "pulling", 1536 * mib, 2048 * mib, 2, 3),
+    ]
+    seen: list[tuple[str, float | None]] = []
+    await wait_healthy(PullingAgent(pulls), "e1", lambda text, f: seen.append((text, f)))
+    pulling = [(text, f) for text, f in seen if "pulling image" in text]
+    assert [f for _, f in pulling] == [None, 0.25, 0.75]
+    assert "512 of 2,048 MiB, 1 of 3 layers done" in pulling[1][0]

@@ -1,0 +1,365 @@
+"""``infer-top engine``: start, stop, swap and inspect engines on a configured node without
+a screen (scripts, SSH one-liners, a nightly swap-and-benchmark job).
+
+It speaks the same agent API as the TUI's Engines screen, through the same client and
+steps (``control.engine_ops``), so the node's policy answers both the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from agents.client import AgentClient
+from control.config import ConfigError, NodeConfig, load_config
+from control.engine_ops import start_engine, stop_engine, swap_engine
+from control.engine_output import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ProgressView,
+    engine_json,
+    failure_of,
+    print_json,
+    report_failure,
+)
+from control.nodes import LaunchFields
+from control.reach import find_node
+from runs.units import duration_arg
+
+EPILOG = """\
+examples:
+  infer-top engine ls --node h100-a
+  infer-top engine start llamacpp --node h100-a --model /models/tiny.gguf --max-num-seqs 4
+  infer-top engine start vllm --node h100-a --model meta-llama/Llama-3.1-8B-Instruct \\
+      --gpus 0,1 --set tensor_parallel=2 --health-timeout 30m --json
+  infer-top engine swap 3fa2c1d0e9 --node h100-a --kind sglang --model Qwen/Qwen2.5-7B-Instruct
+  infer-top engine logs 3fa2c1d0e9 --node h100-a -f --for 2m
+  infer-top engine stop 3fa2c1d0e9 --node h100-a          # keeps its volumes (model caches)
+  infer-top engine stop 3fa2c1d0e9 --node h100-a --remove-volumes   # deletes them, named
+
+  ssh ops@bastion infer-top engine ls --json | jq -r '.engines[] | "\\(.id) \\(.health)"'
+
+--node may be left out when the config names exactly one node.
+
+--json prints one JSON object on stdout (progress and errors go to stderr):
+  ls     {"ok", "node", "engines": [ENGINE...]}
+  start  {"ok", "node", "action", "engine": ENGINE, "elapsed_s"}
+  swap   {"ok", "node", "action", "engine": ENGINE, "previous": {"kind", "model"}, "swap_s"}
+  stop   {"ok", "node", "action", "engine_id", "volumes_kept", "volumes_removed"}
+  logs   one {"engine_id", "line"} per line (JSON lines)
+  error  {"ok": false, "node", "action", "error": {"code", "message", ...}}
+ENGINE: id kind runtime state health url port gpu_ids model config simulated started_at
+  healthy_at start_timeout_s message last_log_line exit_code volumes image_pull
+image_pull (Compose engines): null, or {"image", "state": present | pulling | pulled,
+  "done_bytes", "total_bytes", "layers_done", "layers_total"}
+error codes: config unreachable unauthorized refused_by_policy not_found refused
+  start_failed (with phase, last_log_line, engine) swap_failed agent_error
+
+exit status: 0 done; 1 the engine failed (not healthy, swap rolled back); 2 bad arguments
+  or config (unknown node); 3 agent unreachable; 4 refused by the agent (policy, no such
+  engine, bad request); 130 interrupted
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "engine",
+        help="start, stop, swap, list and tail engines on a configured node (scripts, SSH)",
+        description="Engine control without a screen, through the node's agent: the same API "
+        "and policy as the TUI's Engines screen.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = p.add_subparsers(dest="engine_action", metavar="ACTION", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--node", help="a node named in the config (default: its only node)")
+    common.add_argument("--config", type=Path, default=None, help="config file naming the nodes")
+    common.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+    ls = actions.add_parser("ls", parents=[common], help="the engines the node runs")
+    ls.set_defaults(func=run_ls)
+
+    start = actions.add_parser("start", parents=[common], help="start an engine, wait for health")
+    start.add_argument("kind", help="engine kind (llamacpp, vllm, sglang, ... or sim)")
+    _launch_arguments(start)
+    start.add_argument("--runtime", choices=("compose", "process", "sim"), default=None)
+    start.add_argument("--gpus", type=_gpu_list, default=[], help="GPU indices, e.g. 0,1")
+    start.add_argument("--model-dir", help="host directory mounted as the engine's models")
+    start.set_defaults(func=run_start)
+
+    swap = actions.add_parser(
+        "swap", parents=[common], help="replace an engine in place (same GPUs and port)"
+    )
+    swap.add_argument("engine_id")
+    swap.add_argument("--kind", help="the new engine's kind (default: the same as now)")
+    _launch_arguments(swap)
+    swap.set_defaults(func=run_swap)
+
+    stop = actions.add_parser("stop", parents=[common], help="stop an engine (volumes stay)")
+    stop.add_argument("engine_id")
+    stop.add_argument(
+        "--remove-volumes",
+        action="store_true",
+        help="also delete the named Docker volumes it mounts (its model caches: downloaded "
+        "models are lost); they are printed before they go",
+    )
+    stop.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    stop.set_defaults(func=run_stop)
+
+    logs = actions.add_parser("logs", parents=[common], help="an engine's log")
+    logs.add_argument("engine_id")
+    logs.add_argument("--tail", type=int, default=100, help="lines from the end (default 100)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument(
+        "--for",
+        dest="for_s",
+        type=duration_arg,
+        default=None,
+        help="with -f: stop following after this long, e.g. 30s or 5m",
+    )
+    logs.add_argument("--max-lines", type=int, default=None, help="stop after this many lines")
+    logs.set_defaults(func=run_logs)
+
+
+def _launch_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="the model to serve (a simulator takes --set profile=NAME)")
+    p.add_argument("--image", help="container image (must be allow-listed on the node)")
+    p.add_argument("--max-num-seqs", type=int, help="concurrent sequences the engine runs")
+    p.add_argument("--context-len", type=int, help="context length per sequence")
+    p.add_argument(
+        "--extra-arg",
+        action="append",
+        default=[],
+        help="a tuning flag the engine's spec allows, e.g. --extra-arg=--threads=1",
+    )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any other launch field, VALUE as JSON where it parses: tensor_parallel=2",
+    )
+    p.add_argument(
+        "--health-timeout",
+        type=duration_arg,
+        default=None,
+        help="how long the agent waits for health (default: the engine spec's), e.g. 30m",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _gpu_list(text: str) -> list[int]:
+    try:
+        gpus = [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got {text!r}") from None
+    if any(g < 0 for g in gpus):
+        raise argparse.ArgumentTypeError("GPU indices are non-negative")
+    return gpus
+
+
+def launch_fields(args: argparse.Namespace) -> LaunchFields:
+    """The launch config the options name (``--set`` last, so it can say anything)."""
+    fields: LaunchFields = {}
+    named = {
+        "model": args.model,
+        "image": args.image,
+        "max_num_seqs": args.max_num_seqs,
+        "context_len": args.context_len,
+    }
+    fields.update({k: v for k, v in named.items() if v is not None})
+    if args.extra_arg:
+        fields["extra_args"] = list(args.extra_arg)
+    for setting in args.settings:
+        name, sep, raw = setting.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set wants FIELD=VALUE, got {setting!r}")
+        try:
+            fields[name.strip()] = json.loads(raw)
+        except ValueError:
+            fields[name.strip()] = raw  # a plain word: a string
+    if "model" not in fields and "profile" not in fields:
+        raise ConfigError("name the model with --model (a simulator: --set profile=NAME)")
+    return fields
+
+
+def pick_node(config_file: Path | None, name: str | None) -> NodeConfig:
+    """The node ``--node`` names, else the config's only one."""
+    if name is not None:
+        return find_node(config_file, name)
+    nodes = load_config(config_file).nodes
+    if len(nodes) == 1:
+        return nodes[0]
+    known = ", ".join(n.name for n in nodes) or "none configured: add [[nodes]] to the config"
+    raise ConfigError(f"name the node with --node (nodes: {known})")
+
+
+Command = Callable[[AgentClient, NodeConfig], Awaitable[int]]
+
+
+def _run(args: argparse.Namespace, action: str, command: Command) -> int:
+    """Resolve the node, run ``command`` against its agent, and turn what went wrong
+    into words and an exit code."""
+    node_name: str | None = args.node
+
+    async def main() -> int:
+        nonlocal node_name
+        node = pick_node(args.config, args.node)
+        node_name = node.name
+        async with AgentClient(node.url, node.read_token()) as client:
+            return await command(client, node)
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        print(f"infer-top engine {action}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        failure = failure_of(exc, node_name or "?", action)
+        if failure is None:
+            raise
+        return report_failure(failure, node=node_name, action=action, as_json=args.json)
+
+
+def run_ls(args: argparse.Namespace) -> int:
+    async def command(client: AgentClient, node: NodeConfig) -> int:
+        engines = await client.engines()
+        if args.json:
+            print_json(
+                {"ok": True, "node": node.name, "engines": [engine_json(e) for e in engines]}
+            )
+            return EXIT_OK
+        if not engines:
+            print(f"node {node.name} runs no engine")
+            return EXIT_OK
+        rows = [("ID", "KIND", "RUNTIME", "STATE", "HEALTH", "URL", "GPUS", "MODEL")]
+        for e in engines:
+            gpus = ",".join(str(g) for g in e.gpu_ids) or "-"
+            model = str(e.config.get("model") or e.config.get("profile") or "-")
+            rows.append((e.id, e.kind, e.runtime, e.state, e.health, e.url or "-", gpus, model))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        for row in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + row[-1])
+        return EXIT_OK
+
+    return _run(args, "ls", command)
+
+
+def run_start(args: argparse.Namespace) -> int:
+    async def command(client: AgentClient, node: NodeConfig) -> int:
+        fields = launch_fields(args)
+        options = {"model_dir": args.model_dir} if args.model_dir else None
+        began = time.monotonic()
+        with ProgressView(quiet=args.quiet) as view:
+            info = await start_engine(
+                client,
+                args.kind,
+                fields,
+                args.gpus,
+                view,
+                runtime=args.runtime,
+                options=options,
+                health_timeout_s=args.health_timeout,
+            )
+        elapsed_s = round(time.monotonic() - began, 3)
+        if args.json:
+            result = {"ok": True, "node": node.name, "action": "start"}
+            print_json(result | {"engine": engine_json(info), "elapsed_s": elapsed_s})
+        else:
+            print(f"{info.id} {info.kind} healthy at {info.url} on node {node.name} "
+                  f"({elapsed_s:.1f} s)")  # fmt: skip
+        return EXIT_OK
+
+    return _run(args, "start", command)
+
+
+def run_swap(args: argparse.Namespace) -> int:
+    async def command(client: AgentClient, node: NodeConfig) -> int:
+        fields = launch_fields(args)
+        before = await client.engine(args.engine_id)
+        previous = {"kind": before.kind, "model": before.config.get("model")}
+        began = time.monotonic()
+        with ProgressView(quiet=args.quiet) as view:
+            info = await swap_engine(
+                client,
+                args.engine_id,
+                fields,
+                view,
+                kind=args.kind,
+                health_timeout_s=args.health_timeout,
+            )
+        swap_s = round(time.monotonic() - began, 3)
+        if args.json:
+            result = {"ok": True, "node": node.name, "action": "swap", "engine": engine_json(info)}
+            print_json(result | {"previous": previous, "swap_s": swap_s})
+        else:
+            print(f"{info.id}: {before.kind} -> {info.kind}, healthy at {info.url} on node "
+                  f"{node.name}; swap took {swap_s:.1f} s")  # fmt: skip
+        return EXIT_OK
+
+    return _run(args, "swap", command)
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    async def command(client: AgentClient, node: NodeConfig) -> int:
+        info = await client.engine(args.engine_id)
+        removed = list(info.volumes) if args.remove_volumes else []
+        kept = [v for v in info.volumes if v not in removed]
+        if removed:  # said before it happens: this deletes data
+            print(f"removing volumes of {info.id} (their data is deleted): {', '.join(removed)}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        elif args.remove_volumes:
+            print(f"{info.id} mounts no named volumes: none removed", file=sys.stderr)
+        with ProgressView(quiet=args.quiet) as view:
+            await stop_engine(client, info.id, view, remove_volumes=removed)
+        if args.json:
+            result = {"ok": True, "node": node.name, "action": "stop", "engine_id": info.id}
+            print_json(result | {"volumes_kept": kept, "volumes_removed": removed})
+            return EXIT_OK
+        print(f"{info.id} stopped on node {node.name}")
+        if removed:
+            print(f"removed volumes: {', '.join(removed)}")
+        if kept:
+            print(f"kept volumes: {', '.join(kept)} (infer-top engine stop --remove-volumes "
+                  "deletes them with the engine)")  # fmt: skip
+        return EXIT_OK
+
+    return _run(args, "stop", command)
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    if args.for_s is not None and not args.follow:
+        print("infer-top engine logs: --for goes with -f", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def command(client: AgentClient, node: NodeConfig) -> int:
+        printed = 0
+
+        async def pump() -> None:
+            nonlocal printed
+            async for line in client.logs(args.engine_id, max(0, args.tail), args.follow):
+                text = json.dumps({"engine_id": args.engine_id, "line": line})
+                print(text if args.json else line, flush=True)
+                printed += 1
+                if args.max_lines is not None and printed >= args.max_lines:
+                    return
+
+        if args.for_s is None:
+            await pump()
+            return EXIT_OK
+        try:
+            async with asyncio.timeout(args.for_s) as bound:
+                await pump()
+        except TimeoutError:
+            if not bound.expired():
+                raise
+        return EXIT_OK
+
+    return _run(args, "logs", command)
