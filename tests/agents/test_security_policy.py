@@ -79,16 +79,16 @@ async def test_extra_args_pass_the_engines_allow_list(
         message = await refused(client, 403, "llamacpp", launch, runtime=runtime)
         assert words in message
     if "refused" in words:  # the refusal says what is allowed instead
-        assert "--threads" in message and "--batch-size" in message
+        assert "--threads" in message and "--ubatch-size" in message
     entries = [e for e in AuditLog(config.audit_log).entries() if e["action"] == "start"]
     assert [e["outcome"] for e in entries] == ["refused", "refused"]
 
 
 def test_allowed_extra_args_reach_the_command_line_split_and_checked() -> None:
     spec = get_spec("llamacpp")
-    cfg = LaunchConfig(model="/m.gguf", extra_args=("--threads=2", "-b", "64", "--no-warmup"))
+    cfg = LaunchConfig(model="/m.gguf", extra_args=("--threads=2", "-ub", "64", "--no-warmup"))
     args = spec.command_args(cfg)
-    assert args[-5:] == ["--threads", "2", "-b", "64", "--no-warmup"]
+    assert args[-5:] == ["--threads", "2", "-ub", "64", "--no-warmup"]
     assert args.count("--host") == 1 and args.count("--port") == 1
     # The compose runtime renders through the same allow-list.
     bad = replace(cfg, extra_args=("--host", "0.0.0.0"))
