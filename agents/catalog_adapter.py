@@ -58,12 +58,14 @@ def extra_args_problem(spec: EngineSpec, extra_args: Any) -> str | None:
     return None
 
 
-def start_options_problem(spec: EngineSpec, launch: dict[str, Any]) -> str | None:
+def start_options_problem(kind: str, launch: dict[str, Any]) -> str | None:
     """Why the engine refuses a typed start option ``launch`` sets (naming the engine and
     the option), or None; an ill-typed value is a ValueError."""
     typed = {name: launch[name] for name in SWITCHED_OPTIONS if launch.get(name) is not None}
+    if not typed:
+        return None
     try:
-        spec.switched(launch_config({"model": "x", **typed}))
+        get_spec(kind).switched(launch_config({"model": "x", **typed}))
     except UnsupportedOption as exc:
         return str(exc)
     return None

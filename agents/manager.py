@@ -20,6 +20,7 @@ from agents.catalog_adapter import UnknownEngine, declared_namespaces, get_spec,
 from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
+from agents.kv_check import kv_capacity_check
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
 from agents.security import check_start_request
@@ -68,6 +69,8 @@ class EngineManager:
         self._starting: dict[str, asyncio.Task[bool]] = {}
         """Start-ups running in the background (``wait=False``), cancelled by a stop."""
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.gpu_mem_bytes: dict[int, int] = {}
+        """Each GPU's memory (the server fills it in): the KV estimate's budget."""
         self.health_watch = HealthWatch(
             self.deployments,
             self._probe,
@@ -339,7 +342,14 @@ class EngineManager:
         return dep_id in self._starting or (lock is not None and lock.locked())
 
     async def _gate(self, dep: Deployment) -> bool:
-        return await health_gate(dep, self.runtime_for(dep), self._probe, self.emit)
+        dep.kv_capacity = None
+        if not await health_gate(dep, self.runtime_for(dep), self._probe, self.emit):
+            return False
+        if not dep.simulated:  # every real start checks the fit estimator
+            dep.kv_capacity = await kv_capacity_check(
+                dep, self.runtime_for(dep), self.session, self.gpu_mem_bytes
+            )
+        return True
 
     async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
         """Stop and remove the engine; its named volumes (model caches) stay unless

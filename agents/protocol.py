@@ -53,6 +53,22 @@ class NodeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class KvCapacity:
+    """The KV-cache capacity a running engine states, beside the fit estimator's figure
+    for the same launch (``engines.fit.estimated_kv_capacity``), in tokens."""
+
+    reported_tokens: int | None = None
+    estimated_tokens: int | None = None
+    difference_tokens: int | None = None
+    """reported - estimated: positive where the engine holds more than predicted."""
+    source: str = ""
+    """Where the reported figure came from (the engine's route, its start-up log), or
+    why there is none."""
+    estimate_basis: str = ""
+    """What the estimate rests on, or why there is none."""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInfo:
     """One deployment the agent manages (a Compose project, a process or a simulator)."""
 
@@ -85,6 +101,8 @@ class EngineInfo:
     volumes: tuple[str, ...] = ()
     """Named Docker volumes the deployment mounts (its model caches): a stop keeps them;
     ``POST .../stop`` with ``remove_volumes`` naming them removes them too."""
+    kv_capacity: KvCapacity | None = None
+    """Checked once the engine became healthy; None before, and for simulators."""
 
 
 EVENT_KINDS = (
@@ -163,7 +181,7 @@ def _build(cls: type[Any], data: Any) -> Any:
         if f.name not in data:
             continue
         value = data[f.name]
-        if f.name in one:
+        if f.name in one and value is not None:
             value = _build(one[f.name], value)
         elif f.name in many:
             if not isinstance(value, list | tuple):
@@ -183,7 +201,10 @@ def _decode(cls: type[Any], data: Any) -> Any:
     return _build(cls, reported(data))
 
 
-_NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {TelemetryFrame: {"host": HostSample}}
+_NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {
+    TelemetryFrame: {"host": HostSample},
+    EngineInfo: {"kv_capacity": KvCapacity},
+}
 _NESTED_MANY: dict[type[Any], dict[str, type[Any]]] = {
     TelemetryFrame: {"gpus": GpuSample, "engines": EngineTelemetry},
     GpuSample: {"processes": GpuProcess},

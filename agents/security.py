@@ -134,7 +134,7 @@ def check_start_request(
     if launch.get("extra_args"):
         if problem := extra_args_problem(get_spec(kind), launch["extra_args"]):
             raise PolicyError(problem)
-    if problem := start_options_problem(get_spec(kind), dict(launch)):
+    if problem := start_options_problem(kind, dict(launch)):
         raise ValueError(f"{problem}; nothing was started")
     if model_on_host and "model" in launch:
         return {**launch, "model": host_model_path(config, launch["model"])}

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, KvCapacity
 from agents.security import redacted
 
 
@@ -40,6 +40,8 @@ class Deployment:
     last_log_line: str | None = None
     volumes: tuple[str, ...] = ()
     """Named volumes it mounts, as its runtime found them after the start or adoption."""
+    kv_capacity: KvCapacity | None = None
+    """What the engine states of its KV capacity beside the estimate (``agents.kv_check``)."""
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -70,6 +72,7 @@ class Deployment:
             start_timeout_s=self.start_timeout_s,
             last_log_line=self.last_log_line,
             volumes=self.volumes,
+            kv_capacity=self.kv_capacity,
         )
 
 

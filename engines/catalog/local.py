@@ -10,6 +10,7 @@ from engines.catalog.servers import opt
 from engines.catalog.spec import EngineSpec
 from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
 from engines.dialects import PromDialect
+from engines.kv_capacity import llamacpp_capacity
 from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
 from engines.sample import EngineSample
 
@@ -32,6 +33,7 @@ class LlamacppSpec(EngineSpec):
     loading_status = 503
     closes_after_stream = True
     slots_path = "/slots"
+    kv_capacity_path = "/props"
     tp_engine = False
     # -c KV cells for all -np slots together (each slot gets c/np), allocated up front
     memory = MemoryRule(None, overhead_mib=256, concurrency="slots (-np)")
@@ -79,6 +81,9 @@ class LlamacppSpec(EngineSpec):
         r"llama_kv_cache\w*: size = [^(\n]*\(\s*(\d+) cells",
         r"llama_context: n_ctx\s*=\s*(\d+)",
     )
+
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return llamacpp_capacity(payload)
 
     def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
         return merge_llamacpp(sample, parse_llamacpp_slots(payload))

@@ -14,6 +14,7 @@ from engines.catalog.options import toggle, valued
 from engines.catalog.spec import EngineSpec
 from engines.catalog.types import LaunchConfig, MemoryRule
 from engines.dialects import PromDialect, version_tuple
+from engines.kv_capacity import sglang_capacity, tgi_capacity, vllm_capacity
 
 
 def opt(flag: str, value: object | None) -> list[str]:
@@ -58,6 +59,7 @@ class VllmSpec(EngineSpec):
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
     kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
+    kv_capacity_path = "/metrics"  # vllm:cache_config_info
     # gpu_memory_utilization x total memory holds weights, activations and the KV pool
     memory = MemoryRule(0.9)
     metric_names = _VLLM_NAMES
@@ -100,6 +102,9 @@ class VllmSpec(EngineSpec):
             *opt("--api-key", cfg.api_key),
         ]  # fmt: skip
 
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return vllm_capacity(payload)
+
     def metric_names_for(self, version: str | None) -> PromDialect | None:
         # 0.9 renamed the KV gauge (old one hidden in 0.10); 0.11 renamed the ITL histogram.
         v = version_tuple(version)
@@ -124,6 +129,7 @@ class SglangSpec(EngineSpec):
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
     kv_log_patterns = (r"max_total_num_tokens=(\d+)",)
+    kv_capacity_path = "/get_server_info"
     # the static fraction x total memory covers weights + KV pool
     memory = MemoryRule(0.88)
     metric_names = PromDialect(
@@ -184,6 +190,9 @@ class SglangSpec(EngineSpec):
         # /health answers 503 until the warm-up request has gone through.
         return True
 
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return sglang_capacity(payload)
+
 
 class TgiSpec(EngineSpec):
     kind = "tgi"
@@ -197,6 +206,7 @@ class TgiSpec(EngineSpec):
     exact_length_style = None  # no ignore_eos / min_tokens on the OpenAI route
     length_fields = frozenset()
     kv_log_patterns = (r"[Ss]etting max batch total tokens to (\d+)",)
+    kv_capacity_path = "/info"
     memory = MemoryRule(1.0)  # --cuda-memory-fraction of total covers weights + KV
     # metrics-exporter-prometheus renders counters without "_total".  TGI has no KV
     # gauge and no TTFT histogram; its per-request mean time per token is the closest
@@ -234,6 +244,9 @@ class TgiSpec(EngineSpec):
             "kv_cache_dtype": valued("--kv-cache-dtype", values=("fp8", "fp8_e5m2")),
         }
     )
+
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return tgi_capacity(payload)
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         self.unsupported(cfg, "pipeline_parallel")

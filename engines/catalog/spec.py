@@ -106,6 +106,9 @@ class EngineSpec:
     own end of sequence (``ignore_eos``, a minimum length): the simulator obeys these."""
     kv_log_patterns: tuple[str, ...] = ()
     """Regexes whose first group is the KV capacity in tokens (last match wins)."""
+    kv_capacity_path: str | None = None
+    """The route where the running engine states its KV capacity (``kv_capacity`` reads
+    it); None where only its start-up log does (``kv_log_patterns``)."""
     memory: MemoryRule
     """How the engine budgets GPU memory (the fit estimator's rule)."""
     tp_engine: bool = True
@@ -299,6 +302,10 @@ class EngineSpec:
     def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
         """``sample`` completed by a page of ``slots_path``; MetricsParseError on garbage."""
         raise MetricsParseError(f"{self.display_name} has no slots page")
+
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        """KV capacity in tokens as the page at ``kv_capacity_path`` states it."""
+        return None
 
     def kv_capacity_from_log(self, text: str) -> int | None:
         """KV capacity in tokens as the engine's start-up log states it, if it does."""
