@@ -26,7 +26,7 @@ from aiohttp import web
 
 from agents.keys import CONFIG, MANAGER
 from agents.manager import ManagerError
-from agents.protocol import LoadRunInfo, to_dict
+from agents.protocol import LoadRunInfo, engine_facts, to_dict
 from agents.routes import AUDIT_DETAILS, audited, json_response, read_body
 from agents.runtime import Deployment
 from agents.security import open_private, private_dir
@@ -211,6 +211,7 @@ class LoadRuns:
             simulated=dep.simulated,
             load_node=self.node,
             path="node-local",
+            engine=engine_facts(dep.info()),
         )
         run_id = new_run_id()
         run = LoadRun(run_id, dep.id, private_dir(self.dir) / f"{run_id}.jsonl", time.time())

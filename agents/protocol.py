@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from engines.catalog.options import run_options
 from telemetry.frames import (
     PROTOCOL_VERSION,
     EngineTelemetry,
@@ -144,6 +145,15 @@ class LoadRunInfo:
     """The sequence number of its newest event."""
     state: str
     """running, or its final event: RunFinished, RunFailed, RunInterrupted."""
+
+
+def engine_facts(info: EngineInfo) -> dict[str, Any]:
+    """What a run stores of its engine (``RunSetup.engine``): the start options it was
+    launched with and its KV-capacity check."""
+    return {
+        "options": run_options(info.config),
+        "kv_capacity": None if info.kv_capacity is None else to_dict(info.kv_capacity),
+    }
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -7,10 +7,11 @@ interface never stutters); its events come back to the caller's recorder
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from agents.protocol import engine_facts
 from control.nodes import NodeHandle
 from control.reach import engine_route
 from runs.events import ProgressEvent, RunEventSink
@@ -79,6 +80,8 @@ class LoadRequest:
     """The engine's GPUs: the store reads their energy over the run for tok/J."""
     api_key: str | None = field(default=None, repr=False)
     path: RunPath = "direct"
+    engine: Mapping[str, object] = field(default_factory=dict)
+    """The engine's start options and KV check (``agents.protocol.engine_facts``)."""
 
 
 LoadRunner = Callable[[LoadRequest, RunEventSink], AsyncIterator[ProgressEvent]]
@@ -108,6 +111,7 @@ def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[Progre
         gpu_ids=request.gpu_ids,
         simulated=request.simulated,
         path=request.path,
+        engine=request.engine,
     )
     return run_load_in_subprocess(spec, workload, target, setup=setup, record=record)
 
@@ -140,7 +144,7 @@ async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> Loa
             infos = []
         for info in infos:
             if info.id == request.engine_id:
-                request = replace(request, gpu_ids=tuple(info.gpu_ids))
+                request = replace(request, gpu_ids=tuple(info.gpu_ids), engine=engine_facts(info))
                 model = info.config.get("model")
                 if model:
                     return replace(request, model=str(model))

@@ -48,6 +48,10 @@ class RunSetup:
     path: RunPath = "direct"
     software: Mapping[str, str] = field(default_factory=dict)
     """Versions (or the simulator profile) the figures came from."""
+    engine: Mapping[str, Any] = field(default_factory=dict)
+    """How the engine was started, as its agent reports it (``agents.protocol.engine_facts``):
+    its start options (prefix caching, KV dtype...) and its KV-capacity check (stated,
+    estimated, difference), so runs compare by them."""
 
     @property
     def label(self) -> str:
@@ -64,4 +68,5 @@ class RunSetup:
             },
             "spec": dict(self.spec),
             "placement": {"engine_node": self.node, "load_node": self.load_node, "path": self.path},
+            "engine": dict(self.engine),
         }
