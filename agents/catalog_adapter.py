@@ -15,6 +15,7 @@ from typing import Any
 from compose import compose_file
 from engines import catalog
 from engines.catalog import EngineSpec, LaunchConfig, UnsupportedOption
+from engines.catalog.options import SWITCHED_OPTIONS
 
 
 class UnknownEngine(LookupError):
@@ -52,6 +53,19 @@ def extra_args_problem(spec: EngineSpec, extra_args: Any) -> str | None:
     cfg = launch_config({"model": "x", "extra_args": extra_args})
     try:
         spec.extra_args(cfg)
+    except UnsupportedOption as exc:
+        return str(exc)
+    return None
+
+
+def start_options_problem(kind: str, launch: dict[str, Any]) -> str | None:
+    """Why the engine refuses a typed start option ``launch`` sets (naming the engine and
+    the option), or None; an ill-typed value is a ValueError."""
+    typed = {name: launch[name] for name in SWITCHED_OPTIONS if launch.get(name) is not None}
+    if not typed:
+        return None
+    try:
+        get_spec(kind).switched(launch_config({"model": "x", **typed}))
     except UnsupportedOption as exc:
         return str(exc)
     return None

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from agents.keys import CONFIG, MANAGER
 from agents.manager import ManagerError
-from agents.protocol import LoadRunInfo, to_dict
+from agents.protocol import LoadRunInfo, engine_facts, to_dict
 from agents.routes import AUDIT_DETAILS, audited, json_response, read_body
 from agents.runtime import Deployment
 from agents.security import open_private, private_dir
@@ -63,6 +63,8 @@ class EngineWhere:
     gpu_ids: tuple[int, ...]
     simulated: bool
     path: RunPath
+    engine: dict[str, Any] = field(default_factory=dict)
+    """Its start options and KV check (``agents.protocol.engine_facts``), stored with the run."""
 
 
 def _model(body: dict[str, Any]) -> str:
@@ -224,7 +226,14 @@ class LoadRuns:
             api_key=dep.config.get("api_key"),
             chat=body.get("chat", True),
         )
-        where = EngineWhere(self.node, dep.id, tuple(dep.gpu_ids), dep.simulated, "node-local")
+        where = EngineWhere(
+            self.node,
+            dep.id,
+            tuple(dep.gpu_ids),
+            dep.simulated,
+            "node-local",
+            engine_facts(dep.info()),
+        )
         return self.launch(target, where, body)
 
     def launch(self, target: Target, where: EngineWhere, body: dict[str, Any]) -> LoadRun:
@@ -251,6 +260,7 @@ class LoadRuns:
             simulated=where.simulated,
             load_node=self.node,
             path=where.path,
+            engine=where.engine,
         )
         run_id = new_run_id()
         run = LoadRun(

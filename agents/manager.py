@@ -21,6 +21,7 @@ from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.engine_version import detect_version
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
+from agents.kv_check import kv_capacity_check
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
 from agents.security import check_start_request
@@ -69,6 +70,8 @@ class EngineManager:
         self._starting: dict[str, asyncio.Task[bool]] = {}
         """Start-ups running in the background (``wait=False``), cancelled by a stop."""
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.gpu_mem_bytes: dict[int, int] = {}
+        """Each GPU's memory (the server fills it in): the KV estimate's budget."""
         self.health_watch = HealthWatch(
             self.deployments,
             self._probe,
@@ -345,9 +348,14 @@ class EngineManager:
 
     async def _gate(self, dep: Deployment) -> bool:
         dep.engine_version = dep.engine_version_from = None  # a swap or restart: ask again
+        dep.kv_capacity = None
         if not await health_gate(dep, self.runtime_for(dep), self._probe, self.emit):
             return False
         await self._learn_version(dep)
+        if not dep.simulated:  # every real start checks the fit estimator
+            dep.kv_capacity = await kv_capacity_check(
+                dep, self.runtime_for(dep), self.session, self.gpu_mem_bytes
+            )
         return True
 
     async def _learn_version(self, dep: Deployment) -> None:

@@ -25,7 +25,7 @@ from aiohttp import web
 from agents.client import AgentClient, AgentError
 from agents.loadruns import LOAD_FIELDS, LOADS, EngineWhere
 from agents.manager import ManagerError
-from agents.protocol import to_dict
+from agents.protocol import engine_facts, to_dict
 from agents.routes import AUDIT_DETAILS, audited, json_response, read_body
 from loadgen.runner import Target
 
@@ -87,7 +87,12 @@ async def peer_target(body: dict[str, Any]) -> tuple[Target, EngineWhere]:
     if not target.model:
         raise ValueError("a load run needs 'model': the name the engine serves")
     return target, EngineWhere(
-        node.node, engine.id, tuple(engine.gpu_ids), engine.simulated, "proxied"
+        node.node,
+        engine.id,
+        tuple(engine.gpu_ids),
+        engine.simulated,
+        "proxied",
+        engine_facts(engine),
     )
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from engines.catalog.options import run_options
 from telemetry.frames import (
     PROTOCOL_VERSION,
     EngineTelemetry,
@@ -90,6 +91,22 @@ class ImagePull:
 
 
 @dataclass(frozen=True, slots=True)
+class KvCapacity:
+    """The KV-cache capacity a running engine states, beside the fit estimator's figure
+    for the same launch (``engines.fit.estimated_kv_capacity``), in tokens."""
+
+    reported_tokens: int | None = None
+    estimated_tokens: int | None = None
+    difference_tokens: int | None = None
+    """reported - estimated: positive where the engine holds more than predicted."""
+    source: str = ""
+    """Where the reported figure came from (the engine's route, its start-up log), or
+    why there is none."""
+    estimate_basis: str = ""
+    """What the estimate rests on, or why there is none."""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInfo:
     """One deployment the agent manages (a Compose project, a process or a simulator)."""
 
@@ -131,6 +148,8 @@ class EngineInfo:
     """Where ``engine_version`` came from, in words."""
     image_pull: ImagePull | None = None
     """A Compose engine's image: present, or its pull's progress while it starts."""
+    kv_capacity: KvCapacity | None = None
+    """Checked once the engine became healthy; None before, and for simulators."""
 
 
 EVENT_KINDS = (
@@ -173,6 +192,15 @@ class LoadRunInfo:
     """The sequence number of its newest event."""
     state: str
     """running, or its final event: RunFinished, RunFailed, RunInterrupted."""
+
+
+def engine_facts(info: EngineInfo) -> dict[str, Any]:
+    """What a run stores of its engine (``RunSetup.engine``): the start options it was
+    launched with and its KV-capacity check."""
+    return {
+        "options": run_options(info.config),
+        "kv_capacity": None if info.kv_capacity is None else to_dict(info.kv_capacity),
+    }
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -232,7 +260,7 @@ def _decode(cls: type[Any], data: Any) -> Any:
 
 _NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {
     TelemetryFrame: {"host": HostSample},
-    EngineInfo: {"image_pull": ImagePull},
+    EngineInfo: {"image_pull": ImagePull, "kv_capacity": KvCapacity},
 }
 _NESTED_MANY: dict[type[Any], dict[str, type[Any]]] = {
     TelemetryFrame: {"gpus": GpuSample, "engines": EngineTelemetry},

@@ -16,7 +16,7 @@ from typing import IO, Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agents.catalog_adapter import extra_args_problem, get_spec
+from agents.catalog_adapter import extra_args_problem, get_spec, start_options_problem
 from agents.config import AgentConfig
 
 PUBLIC_ROUTES = frozenset({"/healthz"})
@@ -134,6 +134,8 @@ def check_start_request(
     if launch.get("extra_args"):
         if problem := extra_args_problem(get_spec(kind), launch["extra_args"]):
             raise PolicyError(problem)
+    if problem := start_options_problem(kind, dict(launch)):
+        raise ValueError(f"{problem}; nothing was started")
     if model_on_host and "model" in launch:
         return {**launch, "model": host_model_path(config, launch["model"])}
     return dict(launch)

@@ -136,6 +136,7 @@ async def _run_agent(
     manager = EngineManager(
         config, runtimes, platform=compose_platform(platform), session=session, boot_id=boot_id
     )
+    manager.gpu_mem_bytes = {g.index: g.mem_total_bytes for g in gpu_infos if g.mem_total_bytes}
     await manager.open()
     sampler = Sampler(
         config.node_name,

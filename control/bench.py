@@ -272,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
         deployment_id=placement.deployment_id,
         gpu_ids=placement.gpu_ids,
         path=placement.path,
+        engine=placement.engine,
     )
     try:
         sink, store = open_outputs(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engines.catalog.options import options_text
 from store.models import Comparison, ComparisonRow, RunInfo
 
 
@@ -25,9 +26,11 @@ class Curve:
 
 
 def run_label(run: RunInfo) -> str:
+    """The run's name, "simulated" where it was, and its engine's start options."""
     kind = run.engine_kind or "?"
     sim = " simulated" if run.simulated else ""
-    return f"{run.name or kind}{sim}"
+    options = options_text(run.engine_options)
+    return f"{run.name or kind}{sim}" + (f" ({options})" if options else "")
 
 
 def _by_run(rows: Sequence[ComparisonRow]) -> dict[str, list[ComparisonRow]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agents.client import AgentClient, AgentError
+from agents.protocol import engine_facts
 from control.merge import Merger, ShareSink
 from control.noderuns import NodeRunEnded, follow_node_run, stop_node_run
 from control.reach import find_node
@@ -184,6 +185,7 @@ async def run_distributed(
                 )
                 for node in names
             ),
+            engine=engine_facts(info),
         )
         run_id = new_run_id()
         offsets = {node: clocks[node].offset_s - base_s for node in names}

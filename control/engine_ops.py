@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, KvCapacity
 from control.nodes import AgentLike, LaunchFields
 from engines.catalog import kinds
 
@@ -75,6 +75,57 @@ def fit_view(
     return FitView(text, est.fits)
 
 
+SWITCH_CHOICES = ("default", "on", "off")
+"""A yes/no start option on a form: the engine's default, or asked on or off."""
+
+
+def typed_options(
+    *,
+    prefix_caching: str = "default",
+    chunked_prefill: str = "default",
+    kv_cache_dtype: str = "",
+    max_batched_tokens: str = "",
+    prefill_chunk_tokens: str = "",
+) -> LaunchFields:
+    """A start form's typed options as the agent's launch fields (left out where the
+    form leaves the engine's default); ValueError naming a field that is no number."""
+    fields: LaunchFields = {}
+    for name, choice in (("prefix_caching", prefix_caching), ("chunked_prefill", chunked_prefill)):
+        if choice not in SWITCH_CHOICES:
+            raise ValueError(f"{name} must be one of {', '.join(SWITCH_CHOICES)}")
+        if choice != "default":
+            fields[name] = choice == "on"
+    if kv_cache_dtype.strip():
+        fields["kv_cache_dtype"] = kv_cache_dtype.strip()
+    for name, text in (
+        ("max_batched_tokens", max_batched_tokens),
+        ("prefill_chunk_tokens", prefill_chunk_tokens),
+    ):
+        if text.strip():
+            try:
+                fields[name] = int(text)
+            except ValueError:
+                raise ValueError(f"{name} must be a whole number of tokens, not {text!r}") from None
+    return fields
+
+
+def kv_check_text(kv: KvCapacity | None) -> str:
+    """The engine's own KV capacity beside the estimate, in words ("" before the check)."""
+    if kv is None:
+        return ""
+
+    def tokens(value: int | None, why: str) -> str:
+        return f"n/a ({why})" if value is None else f"{value:,} tokens ({why})"
+
+    text = (
+        f"KV capacity {tokens(kv.reported_tokens, kv.source)}, "
+        f"estimate {tokens(kv.estimated_tokens, kv.estimate_basis)}"
+    )
+    if kv.difference_tokens is not None:
+        text += f", difference {kv.difference_tokens:+,}"
+    return text
+
+
 def _find(engines: Sequence[EngineInfo], engine_id: str) -> EngineInfo | None:
     return next((e for e in engines if e.id == engine_id), None)
 
@@ -109,7 +160,10 @@ async def wait_healthy(
             budget_s = (info.start_timeout_s or DEFAULT_START_BUDGET_S) + START_MARGIN_S
             deadline = started + budget_s
         if info.health == "healthy":
-            progress(f"{engine_id} is healthy at {info.url or '?'}", 1.0)
+            kv = kv_check_text(info.kv_capacity)
+            progress(
+                f"{engine_id} is healthy at {info.url or '?'}" + (f"; {kv}" if kv else ""), 1.0
+            )
             return info
         if info.state in FAILED_STATES:
             reason = info.message or "no reason given"

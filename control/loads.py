@@ -11,10 +11,11 @@ would.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
+from agents.protocol import engine_facts
 from control.nodes import NodeHandle
 from control.reach import engine_route
 from runs.events import ProgressEvent, RunEventSink, RunFailed
@@ -96,6 +97,8 @@ class LoadRequest:
     agent_url: str | None = None
     """The engine's agent (``resolve_target``): a run from the node is started there."""
     agent_token: str | None = field(default=None, repr=False)
+    engine: Mapping[str, object] = field(default_factory=dict)
+    """The engine's start options and KV check (``agents.protocol.engine_facts``)."""
 
 
 LoadRunner = Callable[[LoadRequest, RunEventSink], AsyncIterator[ProgressEvent]]
@@ -127,6 +130,7 @@ def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[Progre
         gpu_ids=request.gpu_ids,
         simulated=request.simulated,
         path=request.path,
+        engine=request.engine,
     )
     return run_load_in_subprocess(spec, workload, target, setup=setup, record=record)
 
@@ -195,7 +199,7 @@ async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> Loa
             infos = []
         for info in infos:
             if info.id == request.engine_id:
-                request = replace(request, gpu_ids=tuple(info.gpu_ids))
+                request = replace(request, gpu_ids=tuple(info.gpu_ids), engine=engine_facts(info))
                 model = info.config.get("model")
                 if model:
                     return replace(request, model=str(model))

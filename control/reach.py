@@ -9,11 +9,13 @@ own loopback (the embedded one) means the engine's URL is reachable from here as
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
 from agents.client import AgentClient
+from agents.protocol import engine_facts
 from control.config import ConfigError, NodeConfig, load_config
 from loadgen.quirks import known_kinds
 from loadgen.runner import Target
@@ -59,6 +61,8 @@ class Placement:
     deployment_id: str | None = None
     gpu_ids: tuple[int, ...] = ()
     path: RunPath = "direct"
+    engine: Mapping[str, object] = field(default_factory=dict)
+    """The engine's start options and KV check (``agents.protocol.engine_facts``)."""
 
 
 def find_node(config_file: Path | None, node_name: str) -> NodeConfig:
@@ -99,4 +103,6 @@ async def agent_target(
         engine_kind=kind,
         api_key=route.api_key or target.api_key,
     )
-    return target, Placement(node.name, info.id, tuple(info.gpu_ids), route.path)
+    return target, Placement(
+        node.name, info.id, tuple(info.gpu_ids), route.path, engine_facts(info)
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engines.catalog import get_spec
+from engines.catalog import LaunchConfig, get_spec
 
 GIB = 1024**3
 MIB = 1024**2
@@ -182,3 +182,34 @@ def estimate_fit(
         kv_bytes_per_token=per_token,
         notes=tuple(notes),
     )
+
+
+def estimated_kv_capacity(
+    kind: str, cfg: LaunchConfig, gpu_mem_total_bytes: int | None = None
+) -> tuple[int | None, str]:
+    """The estimator's KV capacity for this launch (tokens), or None with the reason."""
+    rule = get_spec(kind).memory
+    if rule.fraction is None:  # cells allocated up front: context x concurrent sequences
+        if cfg.context_len is None:
+            return None, "no context_len: the engine takes the model's own"
+        return cfg.context_len * (cfg.max_num_seqs or 1), "context_len x sequences"
+    shape = KNOWN_MODELS.get(cfg.model.rstrip("/").rsplit("/", 1)[-1])
+    if shape is None:
+        return None, f"the estimator knows no shape for {cfg.model!r}"
+    if not gpu_mem_total_bytes:
+        return None, "no GPU memory figure for the engine's GPUs"
+    estimate = estimate_fit(
+        shape,
+        kind,
+        context_len=cfg.context_len or shape.max_context,
+        gpu_mem_total_bytes=gpu_mem_total_bytes,
+        tp=cfg.tensor_parallel,
+        pp=cfg.pipeline_parallel,
+        gpu_mem_fraction=cfg.gpu_mem_fraction,
+        kv_dtype=_KV_DTYPES.get(cfg.kv_cache_dtype or "auto", cfg.kv_cache_dtype or "fp16"),
+    )
+    return estimate.kv_capacity_tokens, "fit estimator"
+
+
+_KV_DTYPES = {"auto": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "f16": "fp16", "f32": "fp32"}
+"""Engines' KV-cache dtype names (``LaunchConfig.kv_cache_dtype``) as ``DTYPE_BYTES`` names."""

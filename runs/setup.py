@@ -66,6 +66,10 @@ class RunSetup:
     """A distributed run's load nodes; empty for a run one load generator sent."""
     software: Mapping[str, str] = field(default_factory=dict)
     """Versions (or the simulator profile) the figures came from."""
+    engine: Mapping[str, Any] = field(default_factory=dict)
+    """How the engine was started, as its agent reports it (``agents.protocol.engine_facts``):
+    its start options (prefix caching, KV dtype...) and its KV-capacity check (stated,
+    estimated, difference), so runs compare by them."""
 
     @property
     def label(self) -> str:
@@ -82,6 +86,7 @@ class RunSetup:
             },
             "spec": dict(self.spec),
             "placement": self.placement(),
+            "engine": dict(self.engine),
         }
 
     def placement(self) -> dict[str, Any]:

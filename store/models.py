@@ -15,6 +15,7 @@ from array import array
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from engines.catalog.options import options_text
 from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
 
 _PERCENTILE_FIELDS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
@@ -41,8 +42,18 @@ class RunInfo:
     """Why the run ended as it did (a failed or interrupted run says), in words."""
 
     @property
+    def engine_options(self) -> dict[str, Any]:
+        """The start options its engine ran with (``RunSetup.engine``), set ones only."""
+        engine = self.profile.get("engine")
+        options = engine.get("options") if isinstance(engine, dict) else None
+        return options if isinstance(options, dict) else {}
+
+    @property
     def label(self) -> str:
-        return self.name or f"{self.engine_kind or 'run'} {self.run_id}"
+        """Its name and its engine's start options, e.g. "vllm a1 (prefix caching off)"."""
+        name = self.name or f"{self.engine_kind or 'run'} {self.run_id}"
+        options = options_text(self.engine_options)
+        return f"{name} ({options})" if options else name
 
 
 @dataclass(frozen=True, slots=True)

@@ -211,8 +211,13 @@ REGRESSION_METRICS: tuple[tuple[str, bool], ...] = (
 def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
     """A stored profile without who started the run, where from and at which URL
     (``runs.setup``): the same load at the same model is one configuration from the TUI
-    or the CLI, directly or through the agent's proxy."""
-    what = {k: v for k, v in profile.items() if k not in ("origin", "placement")}
+    or the CLI, directly or through the agent's proxy.  The engine's start options are
+    configuration; its KV-capacity check is a measurement of that start."""
+    what = {k: v for k, v in profile.items() if k not in ("origin", "placement", "engine")}
+    engine = profile.get("engine")
+    options = engine.get("options") if isinstance(engine, dict) else None
+    if options:
+        what["engine_options"] = options
     target = what.get("target")
     if isinstance(target, dict):
         what["target"] = {k: v for k, v in target.items() if k != "url"}

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agents.protocol import EngineInfo, ImagePull
+from agents.protocol import EngineInfo, ImagePull, KvCapacity
 from agents.security import redacted
 
 
@@ -45,6 +45,8 @@ class Deployment:
     engine_version_from: str | None = None
     image_pull: ImagePull | None = None
     """Its image as the start found it (Compose): present, or the pull's progress."""
+    kv_capacity: KvCapacity | None = None
+    """What the engine states of its KV capacity beside the estimate (``agents.kv_check``)."""
     handle: Any = None
     """Runtime-private: a Popen, a simulator, a Compose project name."""
 
@@ -78,6 +80,7 @@ class Deployment:
             engine_version=self.engine_version,
             engine_version_from=self.engine_version_from,
             image_pull=self.image_pull,
+            kv_capacity=self.kv_capacity,
         )
 
 

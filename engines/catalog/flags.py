@@ -10,7 +10,7 @@ one the launch config already renders is refused by name.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -58,9 +58,16 @@ def choice(*names: str, values: tuple[str, ...]) -> Flag:
     return Flag(names, "choice", choices=values)
 
 
-def checked_extra_args(engine: str, allowed: Sequence[Flag], args: Sequence[str]) -> list[str]:
+def checked_extra_args(
+    engine: str,
+    allowed: Sequence[Flag],
+    args: Sequence[str],
+    typed: Mapping[str, str] | None = None,
+) -> list[str]:
     """``args`` as the engine receives them (``--flag=value`` split in two), or
-    UnsupportedOption naming the first argument the allow-list does not permit."""
+    UnsupportedOption naming the first argument the allow-list does not permit;
+    ``typed`` maps the flags a typed start option spells to that option's name."""
+    typed = typed or {}
     by_name = {name: flag for flag in allowed for name in flag.names}
     listing = ", ".join(flag.names[-1] for flag in allowed) or "none"
     out: list[str] = []
@@ -70,6 +77,10 @@ def checked_extra_args(engine: str, allowed: Sequence[Flag], args: Sequence[str]
         arg = rest.pop(0)
         name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         flag = by_name.get(name)
+        if name in typed:
+            raise UnsupportedOption(
+                f"extra argument {name} is a typed start option: set {typed[name]} instead"
+            )
         if flag is None:
             raise UnsupportedOption(
                 f"extra argument {arg!r} is refused: {engine} allows only these tuning "

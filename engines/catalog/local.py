@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from engines.catalog.flags import choice, integer, switch
+from engines.catalog.options import by_env, toggle, valued
 from engines.catalog.servers import opt
 from engines.catalog.spec import EngineSpec
 from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
 from engines.dialects import PromDialect
+from engines.kv_capacity import llamacpp_capacity
 from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
 from engines.sample import EngineSample
 
@@ -29,6 +33,7 @@ class LlamacppSpec(EngineSpec):
     loading_status = 503
     closes_after_stream = True
     slots_path = "/slots"
+    kv_capacity_path = "/props"
     tp_engine = False
     # -c KV cells for all -np slots together (each slot gets c/np), allocated up front
     memory = MemoryRule(None, overhead_mib=256, concurrency="slots (-np)")
@@ -49,11 +54,8 @@ class LlamacppSpec(EngineSpec):
         integer("-t", "--threads", low=1, high=1024),
         integer("-tb", "--threads-batch", low=1, high=1024),
         integer("--threads-http", low=1, high=1024),
-        integer("-b", "--batch-size", low=1, high=1 << 20),
         integer("-ub", "--ubatch-size", low=1, high=1 << 20),
         choice("-fa", "--flash-attn", values=("on", "off", "auto")),
-        choice("-ctk", "--cache-type-k", values=_KV_TYPES),
-        choice("-ctv", "--cache-type-v", values=_KV_TYPES),
         switch("-cb", "--cont-batching"),
         switch("-nocb", "--no-cont-batching"),
         switch("-nkvo", "--no-kv-offload"),
@@ -62,12 +64,26 @@ class LlamacppSpec(EngineSpec):
         integer("-to", "--timeout", low=1, high=86400),
         switch("--no-warmup"),
     )
+    # common/arg.cpp: --cache-prompt / --no-cache-prompt (on by default); prompts are
+    # always processed in chunks of -b (the logical batch: the tokens of one step).
+    # The long spellings, so that the short ones stay refused as extra arguments too.
+    switches = MappingProxyType(
+        {
+            "prefix_caching": toggle(("--cache-prompt",), ("--no-cache-prompt",)),
+            "chunked_prefill": toggle((), None, "it always splits prompts by its batch size"),
+            "max_batched_tokens": valued("--batch-size"),
+            "kv_cache_dtype": valued("--cache-type-k", "--cache-type-v", values=_KV_TYPES),
+        }
+    )
     kv_log_patterns = (
         r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = 'false'",
         r"n_ctx_slot = (\d+), kv_unified = 'true'",
         r"llama_kv_cache\w*: size = [^(\n]*\(\s*(\d+) cells",
         r"llama_context: n_ctx\s*=\s*(\d+)",
     )
+
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return llamacpp_capacity(payload)
 
     def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
         return merge_llamacpp(sample, parse_llamacpp_slots(payload))
@@ -107,10 +123,11 @@ class LlamacppSpec(EngineSpec):
         if platform != "cpu":
             return super()._compose_extra_env(cfg, platform)
         self._flags(cfg, self.container_port)  # same refusals as the GPU files
-        if cfg.extra_args:
+        if cfg.extra_args or self.switched(cfg)[0]:
             raise UnsupportedOption(
                 f"{self.display_name}'s CPU Compose file spells its flags out and takes no "
-                "extra_args: run it natively (runtime process) to tune it"
+                "extra_args or start options such as prefix_caching or kv_cache_dtype: run "
+                "it natively (runtime process) to tune it"
             )
         # compose/llama-server-cpu.yml spells its flags out; fill its variables
         cells = self.ctx_cells(cfg)
@@ -148,6 +165,18 @@ class OllamaSpec(EngineSpec):
     kv_log_patterns = (r"\bn_ctx\s*=\s*(\d+)",)
     # context x OLLAMA_NUM_PARALLEL cells, allocated up front
     memory = MemoryRule(None, overhead_mib=256, concurrency="OLLAMA_NUM_PARALLEL")
+    # envconfig/config.go: OLLAMA_KV_CACHE_TYPE (f16, q8_0, q4_0) applies only with
+    # OLLAMA_FLASH_ATTENTION on; a runner reuses a slot's cached prompt prefix always.
+    switches = MappingProxyType(
+        {
+            "prefix_caching": toggle((), None, "its runners always reuse cached prefixes"),
+            "kv_cache_dtype": by_env(
+                ("OLLAMA_KV_CACHE_TYPE", "{}"),
+                ("OLLAMA_FLASH_ATTENTION", "1"),
+                values=("f16", "q8_0", "q4_0"),
+            ),
+        }
+    )
 
     def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
         self.unsupported(

@@ -7,11 +7,14 @@ names those of the engines' own sources (``tests/fixtures/engines/``).
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from engines.catalog.flags import choice, integer, number, switch
+from engines.catalog.options import toggle, valued
 from engines.catalog.spec import EngineSpec
 from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
 from engines.dialects import PromDialect, version_tuple
+from engines.kv_capacity import sglang_capacity, tgi_capacity, vllm_capacity
 
 
 def opt(flag: str, value: object | None) -> list[str]:
@@ -77,22 +80,32 @@ class VllmSpec(EngineSpec):
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
     kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
+    kv_capacity_path = "/metrics"  # vllm:cache_config_info
     # gpu_memory_utilization x total memory holds weights, activations and the KV pool
     memory = MemoryRule(0.9)
     metric_names = _VLLM_NAMES
     api_key_env = "VLLM_API_KEY"  # api_server: `args.api_key or envs.VLLM_API_KEY`
     extra_flags = (
         integer("--seed", low=0, high=(1 << 32) - 1),
-        integer("--max-num-batched-tokens", low=1, high=1 << 24),
         choice("--block-size", values=("8", "16", "32", "64", "128")),
         number("--swap-space", low=0, high=1024),
-        choice("--kv-cache-dtype", values=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")),
         choice("--dtype", values=_DTYPES),
-        switch("--enable-prefix-caching"),
-        switch("--no-enable-prefix-caching"),
-        switch("--enable-chunked-prefill"),
-        switch("--no-enable-chunked-prefill"),
         switch("--enforce-eager"),
+    )
+    # engine/arg_utils.py: EngineArgs' bool fields become BooleanOptionalAction flags
+    # (--x / --no-x); CacheConfig.cache_dtype's CacheDType literal lists the KV dtypes.
+    switches = MappingProxyType(
+        {
+            "prefix_caching": toggle(("--enable-prefix-caching",), ("--no-enable-prefix-caching",)),
+            "chunked_prefill": toggle(
+                ("--enable-chunked-prefill",), ("--no-enable-chunked-prefill",)
+            ),
+            "max_batched_tokens": valued("--max-num-batched-tokens"),
+            "kv_cache_dtype": valued(
+                "--kv-cache-dtype", values=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+            ),
+            # no prefill_chunk_tokens: vLLM chunks prefills within max_batched_tokens
+        }
     )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
@@ -109,6 +122,9 @@ class VllmSpec(EngineSpec):
             *([] if cfg.metrics else ["--disable-log-stats"]),
             *opt("--api-key", cfg.api_key),
         ]  # fmt: skip
+
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return vllm_capacity(payload)
 
     def metric_names_for(self, version: str | None) -> PromDialect | None:
         # 0.9 renamed the KV gauge (old one hidden in 0.10); 0.11 renamed the ITL histogram.
@@ -139,6 +155,7 @@ class SglangSpec(EngineSpec):
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
     kv_log_patterns = (r"max_total_num_tokens=(\d+)",)
+    kv_capacity_path = "/get_server_info"
     # the static fraction x total memory covers weights + KV pool
     memory = MemoryRule(0.88)
     metric_names = PromDialect(
@@ -161,17 +178,25 @@ class SglangSpec(EngineSpec):
     # reads no variable, so the key stays a flag (visible in the host's process list).
     extra_flags = (
         integer("--random-seed", low=0, high=(1 << 32) - 1),
-        integer("--chunked-prefill-size", low=-1, high=1 << 24),
-        integer("--max-prefill-tokens", low=1, high=1 << 24),
         choice(
             "--schedule-policy", values=("lpm", "random", "fcfs", "dfs-weight", "lof", "priority")
         ),
         number("--schedule-conservativeness", low=0, high=10),
-        choice("--kv-cache-dtype", values=("auto", "fp8_e5m2", "fp8_e4m3")),
         choice("--dtype", values=_DTYPES),
-        switch("--disable-radix-cache"),
         switch("--disable-cuda-graph"),
         integer("--cuda-graph-max-bs", low=1, high=4096),
+    )
+    # srt/server_args.py: the radix (prefix) cache and chunked prefill are on by default;
+    # --chunked-prefill-size -1 turns chunking off; --max-prefill-tokens bounds the prefill
+    # tokens of one step (decode steps are bounded by --max-running-requests).
+    switches = MappingProxyType(
+        {
+            "prefix_caching": toggle((), ("--disable-radix-cache",)),
+            "chunked_prefill": toggle((), ("--chunked-prefill-size", "-1")),
+            "prefill_chunk_tokens": valued("--chunked-prefill-size"),
+            "max_batched_tokens": valued("--max-prefill-tokens"),
+            "kv_cache_dtype": valued("--kv-cache-dtype", values=("auto", "fp8_e5m2", "fp8_e4m3")),
+        }
     )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
@@ -195,6 +220,9 @@ class SglangSpec(EngineSpec):
         # /health answers 503 until the warm-up request has gone through.
         return True
 
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return sglang_capacity(payload)
+
 
 class TgiSpec(EngineSpec):
     kind = "tgi"
@@ -209,6 +237,7 @@ class TgiSpec(EngineSpec):
     exact_length_style = None  # no ignore_eos / min_tokens on the OpenAI route
     length_fields = frozenset()
     kv_log_patterns = (r"[Ss]etting max batch total tokens to (\d+)",)
+    kv_capacity_path = "/info"
     memory = MemoryRule(1.0)  # --cuda-memory-fraction of total covers weights + KV
     # metrics-exporter-prometheus renders counters without "_total".  TGI has no KV
     # gauge and no TTFT histogram; its per-request mean time per token is the closest
@@ -226,7 +255,6 @@ class TgiSpec(EngineSpec):
     # a command line either way; it stays our flag.
     extra_flags = (
         integer("--max-input-tokens", low=1, high=1 << 24),
-        integer("--max-batch-prefill-tokens", low=1, high=1 << 24),
         integer("--max-batch-total-tokens", low=1, high=1 << 30),
         integer("--max-waiting-tokens", low=0, high=1 << 16),
         number("--waiting-served-ratio", low=0, high=100),
@@ -235,6 +263,21 @@ class TgiSpec(EngineSpec):
         choice("--dtype", values=("float16", "bfloat16")),
         switch("--disable-custom-kernels"),
     )
+    # launcher/src/main.rs: --kv-cache-dtype (KVCacheDtype: fp8, fp8_e5m2) and
+    # --max-batch-prefill-tokens (the prefill chunk); prefix caching and chunking are
+    # decided from the PREFIX_CACHING variable and the attention backend, no flag.
+    switches = MappingProxyType(
+        {
+            "prefix_caching": toggle(
+                None, None, "TGI takes it from its PREFIX_CACHING variable, not a flag"
+            ),
+            "prefill_chunk_tokens": valued("--max-batch-prefill-tokens"),
+            "kv_cache_dtype": valued("--kv-cache-dtype", values=("fp8", "fp8_e5m2")),
+        }
+    )
+
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        return tgi_capacity(payload)
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         self.unsupported(cfg, "pipeline_parallel")
@@ -290,9 +333,15 @@ class TrtllmSpec(EngineSpec):
         r"for max tokens in paged KV cache \((\d+)\)",
         r"blocks in KV cache primary pool: (\d+)[\s\S]*?tokens per block: (\d+)",
     )
-    extra_flags = (
-        integer("--max_num_tokens", low=1, high=1 << 24),
-        integer("--max_beam_width", low=1, high=64),
+    extra_flags = (integer("--max_beam_width", low=1, high=64),)
+    # commands/serve.py (click): --max_num_tokens, --enable_chunked_prefill (off by
+    # default); prefix reuse and the KV dtype live in the --extra_llm_api_options file
+    # (kv_cache_config), which infer-top does not write.
+    switches = MappingProxyType(
+        {
+            "chunked_prefill": toggle(("--enable_chunked_prefill",), ()),
+            "max_batched_tokens": valued("--max_num_tokens"),
+        }
     )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
@@ -343,10 +392,19 @@ class LmdeploySpec(EngineSpec):
     extra_flags = (
         choice("--backend", values=("turbomind", "pytorch")),
         choice("--dtype", values=("auto", "float16", "bfloat16")),
-        integer("--max-prefill-token-num", low=1, high=1 << 24),
         integer("--cache-block-seq-len", low=1, high=1 << 16),
-        choice("--quant-policy", values=("0", "4", "8")),
-        switch("--enable-prefix-caching"),
+    )
+    # cli/utils.py: --enable-prefix-caching (store_true, off by default),
+    # --max-prefill-token-num (the tokens of one prefill chunk), --quant-policy 4 / 8
+    # (int4 / int8 KV cache).
+    switches = MappingProxyType(
+        {
+            "prefix_caching": toggle(("--enable-prefix-caching",), ()),
+            "prefill_chunk_tokens": valued("--max-prefill-token-num"),
+            "kv_cache_dtype": valued(
+                "--quant-policy", values=(("auto", "0"), ("int4", "4"), ("int8", "8"))
+            ),
+        }
     )
 
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:

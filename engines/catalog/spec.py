@@ -15,8 +15,10 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 
 from engines.catalog.flags import Flag, checked_extra_args
+from engines.catalog.options import Switch, switch_flags, switched
 from engines.catalog.types import (
     PLATFORMS,
     Health,
@@ -116,13 +118,21 @@ class EngineSpec:
     own end of sequence (``ignore_eos``, a minimum length): the simulator obeys these."""
     kv_log_patterns: tuple[str, ...] = ()
     """Regexes whose first group is the KV capacity in tokens (last match wins)."""
+    kv_capacity_path: str | None = None
+    """The route where the running engine states its KV capacity (``kv_capacity`` reads
+    it); None where only its start-up log does (``kv_log_patterns``)."""
     memory: MemoryRule
     """How the engine budgets GPU memory (the fit estimator's rule)."""
     tp_engine: bool = True
     """Needs ``ipc: host`` (NCCL shared memory) when sharded."""
     extra_flags: tuple[Flag, ...] = ()
     """The tuning flags ``LaunchConfig.extra_args`` may carry (see engines.catalog.flags);
-    never one that binds, names a path, loads a model or that ``_flags`` renders."""
+    never one that binds, names a path, loads a model, that ``_flags`` renders or that a
+    typed option spells (``switches``)."""
+    switches: Mapping[str, Switch] = MappingProxyType({})
+    """How the engine spells each typed start option (``engines.catalog.options``),
+    checked against its own CLI source at the pinned version; an option missing here is
+    refused by name."""
     model_is_path: bool = True
     """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
     instead pulls models by name into its own store)."""
@@ -139,11 +149,18 @@ class EngineSpec:
     def extra_args(self, cfg: LaunchConfig) -> list[str]:
         """``cfg.extra_args`` as the engine receives them; UnsupportedOption naming
         the first one ``extra_flags`` does not allow."""
-        return checked_extra_args(self.display_name, self.extra_flags, cfg.extra_args)
+        return checked_extra_args(
+            self.display_name, self.extra_flags, cfg.extra_args, switch_flags(self.switches)
+        )
+
+    def switched(self, cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+        """The arguments and environment of ``cfg``'s typed start options; UnsupportedOption
+        naming the engine and an option it has no switch for."""
+        return switched(self.display_name, self.switches, cfg)
 
     def command_args(self, cfg: LaunchConfig) -> list[str]:
         """The engine's argv after its entrypoint, listening on ``cfg.port``."""
-        return [*self._flags(cfg, cfg.port), *self.extra_args(cfg)]
+        return [*self._flags(cfg, cfg.port), *self.switched(cfg)[0], *self.extra_args(cfg)]
 
     def key_in_env(self, cfg: LaunchConfig) -> tuple[LaunchConfig, dict[str, str]]:
         """``cfg`` without its API key, and the environment that carries the key instead,
@@ -157,7 +174,8 @@ class EngineSpec:
     def native_command(self, cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
         """Argv and environment of the engine run bare."""
         keyless, key_env = self.key_in_env(cfg)
-        return self.command_args(keyless), {**self.process_env(keyless), **key_env}
+        env = {**self.process_env(keyless), **self.switched(keyless)[1], **key_env}
+        return self.command_args(keyless), env
 
     def process_env(self, cfg: LaunchConfig) -> dict[str, str]:
         """Environment the engine reads its settings from (Ollama); most use flags."""
@@ -226,6 +244,7 @@ class EngineSpec:
         # engine's variable through), never its command line.
         keyless, key_env = self.key_in_env(cfg)
         env.update(self._compose_extra_env(keyless, platform))
+        env.update(self.switched(keyless)[1])  # the Compose file passes these through
         env.update(key_env)
         for key, value in env.items():
             if bad := _ENV_FORBIDDEN.intersection(value):
@@ -233,8 +252,8 @@ class EngineSpec:
         return env
 
     def _compose_extra_env(self, cfg: LaunchConfig, platform: str) -> dict[str, str]:
-        args = [*self._flags(cfg, self.container_port), *self.extra_args(cfg)]
-        return {"ENGINE_ARGS": shlex.join(args)}
+        args = [*self._flags(cfg, self.container_port), *self.switched(cfg)[0]]
+        return {"ENGINE_ARGS": shlex.join([*args, *self.extra_args(cfg)])}
 
     # -- health ------------------------------------------------------------
     def classify_health(
@@ -319,6 +338,10 @@ class EngineSpec:
     def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
         """``sample`` completed by a page of ``slots_path``; MetricsParseError on garbage."""
         raise MetricsParseError(f"{self.display_name} has no slots page")
+
+    def kv_capacity(self, payload: str | bytes) -> int | None:
+        """KV capacity in tokens as the page at ``kv_capacity_path`` states it."""
+        return None
 
     def kv_capacity_from_log(self, text: str) -> int | None:
         """KV capacity in tokens as the engine's start-up log states it, if it does."""

@@ -59,6 +59,16 @@ class LaunchConfig:
     gpu_mem_fraction: float | None = None
     quantization: str | None = None
     max_num_seqs: int | None = None
+    prefix_caching: bool | None = None
+    """Typed optimisation switches (None: the engine's default), spelled per engine by
+    its spec's ``switches`` (``engines.catalog.options``); an engine without one refuses."""
+    chunked_prefill: bool | None = None
+    prefill_chunk_tokens: int | None = None
+    """The token budget of one prefill chunk."""
+    max_batched_tokens: int | None = None
+    """The tokens one scheduler step may process (prefill and decode together)."""
+    kv_cache_dtype: str | None = None
+    """In the engine's own vocabulary (vLLM ``fp8``, llama.cpp ``q8_0``...)."""
     metrics: bool = True
     api_key: str | None = None
     gpu_ids: tuple[int, ...] = ()
@@ -86,7 +96,7 @@ class LaunchConfig:
         for name in ("tensor_parallel", "pipeline_parallel"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
-        for name in ("context_len", "max_num_seqs"):
+        for name in ("context_len", "max_num_seqs", "prefill_chunk_tokens", "max_batched_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 problems.append(f"{name} must be at least 1 when given")
@@ -94,8 +104,10 @@ class LaunchConfig:
             problems.append(f"gpu_mem_fraction {self.gpu_mem_fraction} is not in (0, 1]")
         if any(i < 0 for i in self.gpu_ids):
             problems.append("gpu_ids must be non-negative")
-        if self.quantization is not None and not _TOKEN.fullmatch(self.quantization):
-            problems.append(f"quantization {self.quantization!r} is not a plain name")
+        for name in ("quantization", "kv_cache_dtype"):
+            value = getattr(self, name)
+            if value is not None and not _TOKEN.fullmatch(value):
+                problems.append(f"{name} {value!r} is not a plain name")
         if problems:
             raise ValueError("invalid LaunchConfig: " + "; ".join(problems))
 
@@ -115,6 +127,11 @@ _FIELD_TYPES: dict[str, tuple[str, type | tuple[type, ...], bool]] = {
     "gpu_mem_fraction": ("a number", (int, float), True),
     "quantization": ("a string", str, True),
     "max_num_seqs": ("an integer", int, True),
+    "prefix_caching": ("true or false", bool, True),
+    "chunked_prefill": ("true or false", bool, True),
+    "prefill_chunk_tokens": ("an integer", int, True),
+    "max_batched_tokens": ("an integer", int, True),
+    "kv_cache_dtype": ("a string", str, True),
     "metrics": ("true or false", bool, False),
     "api_key": ("a string", str, True),
     "image": ("a string", str, True),

@@ -79,16 +79,37 @@ async def test_extra_args_pass_the_engines_allow_list(
         message = await refused(client, 403, "llamacpp", launch, runtime=runtime)
         assert words in message
     if "refused" in words:  # the refusal says what is allowed instead
-        assert "--threads" in message and "--batch-size" in message
+        assert "--threads" in message and "--ubatch-size" in message
     entries = [e for e in AuditLog(config.audit_log).entries() if e["action"] == "start"]
     assert [e["outcome"] for e in entries] == ["refused", "refused"]
 
 
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ({"chunked_prefill": False}, "llama.cpp cannot turn chunked_prefill off"),
+        ({"prefill_chunk_tokens": 512}, "llama.cpp has no switch for prefill_chunk_tokens"),
+        ({"kv_cache_dtype": "fp8"}, "llama.cpp takes kv_cache_dtype as one of f32, f16"),
+    ],
+)
+async def test_a_start_option_the_engine_has_no_switch_for_is_refused_over_http(
+    native_agent: tuple[str, AgentClient, AgentConfig], option: dict[str, Any], words: str
+) -> None:
+    _, client, config = native_agent
+    for runtime in ("process", "compose"):
+        message = await refused(
+            client, 400, "llamacpp", {"model": "tiny.gguf", **option}, runtime=runtime
+        )
+        assert words in message and "nothing was started" in message
+    entries = [e for e in AuditLog(config.audit_log).entries() if e["action"] == "start"]
+    assert [e["outcome"] for e in entries] == ["failed", "failed"]
+
+
 def test_allowed_extra_args_reach_the_command_line_split_and_checked() -> None:
     spec = get_spec("llamacpp")
-    cfg = LaunchConfig(model="/m.gguf", extra_args=("--threads=2", "-b", "64", "--no-warmup"))
+    cfg = LaunchConfig(model="/m.gguf", extra_args=("--threads=2", "-ub", "64", "--no-warmup"))
     args = spec.command_args(cfg)
-    assert args[-5:] == ["--threads", "2", "-b", "64", "--no-warmup"]
+    assert args[-5:] == ["--threads", "2", "-ub", "64", "--no-warmup"]
     assert args.count("--host") == 1 and args.count("--port") == 1
     # The compose runtime renders through the same allow-list.
     bad = replace(cfg, extra_args=("--host", "0.0.0.0"))

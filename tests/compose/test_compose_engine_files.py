@@ -58,7 +58,7 @@ TUNING = {  # one tuning flag each engine's extra_flags allows (`ollama serve` t
     "llamacpp": ("--seed", "7"),
     "ollama": (),
     "trtllm": ("--max_beam_width", "2"),
-    "lmdeploy": ("--quant-policy", "8"),
+    "lmdeploy": ("--cache-block-seq-len", "64"),
 }
 GPU_PLATFORMS = [
     (spec, platform)

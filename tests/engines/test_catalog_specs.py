@@ -30,7 +30,7 @@ TUNING = {  # one tuning flag each engine's extra_flags allows, in its own spell
     "vllm": ("--seed", "7"),
     "sglang": ("--random-seed", "7"),
     "tgi": ("--max-best-of", "2"),
-    "lmdeploy": ("--quant-policy", "8"),
+    "lmdeploy": ("--cache-block-seq-len", "64"),
 }
 
 EXPECTED_FLAGS = {
@@ -56,7 +56,7 @@ EXPECTED_FLAGS = {
         "meta-llama/Llama-3.1-8B-Instruct", "--server-name", "0.0.0.0", "--server-port", "9001",
         "--tp", "2", "--session-len", "8192", "--cache-max-entry-count", "0.85",
         "--model-format", "fp8", "--max-batch-size", "64", "--enable-metrics",
-        "--api-keys", "s3cret", "--quant-policy", "8",
+        "--api-keys", "s3cret", "--cache-block-seq-len", "64",
     ],
 }  # fmt: skip
 

@@ -10,7 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from control import bench as bench_cli
+from control.compare_view import comparison_table
 from control.loads import profile
 from loadgen import ClosedLoop, LoadSpec, Target, Workload, describe_run
 from runs.events import (
@@ -24,6 +27,7 @@ from runs.events import (
 from runs.records import LevelSummary
 from sim import start_sim
 from store import RunRecorder, Store, open_store
+from store.errors import StoreError
 from store.export import comparison_to_markdown
 from store.recorder import judge
 from tests.loadgen.conftest import ROOT, bench, infer_top_argv
@@ -129,6 +133,7 @@ def test_the_recorder_writes_the_run_its_requests_levels_and_deployment(mem_stor
         "target": {"model": "m", "url": "http://127.0.0.1:9", "api": "chat"},
         "spec": run.profile["spec"],
         "placement": {"engine_node": "h200-1", "load_node": "control-plane", "path": "direct"},
+        "engine": {},  # no agent reported how the engine was started
     }
     assert run.profile["spec"]["requests_per_level"] == 4 and run.workload["input_len"] == 512
     assert list(mem_store.iter_requests("r1")) == [ok, bad]
@@ -191,3 +196,40 @@ def test_regressions_ignore_who_started_a_run_and_at_which_url(mem_store: Store)
         recorder.on_event(RunFinished(RunResult(run_id, 1000.0, 1001.0, (level,), (), 0)))
     mem_store.flush()
     assert mem_store.regressions("a", "b") == []
+
+
+def _options_run(store: Store, run_id: str, prefix_caching: bool, kv_reported: int) -> None:
+    recorder = RunRecorder(store)
+    engine = {
+        "options": {"prefix_caching": prefix_caching, "max_num_seqs": 16},
+        "kv_capacity": {"reported_tokens": kv_reported, "estimated_tokens": 600,
+                        "difference_tokens": kv_reported - 600, "source": "/metrics",
+                        "estimate_basis": "fit estimator"},
+    }  # fmt: skip
+    _start(recorder, run_id, name=f"vLLM {run_id}", engine=engine)
+    level = summary_from_h200(0)
+    recorder.on_event(LevelFinished(level))
+    recorder.on_event(RunFinished(RunResult(run_id, 1000.0, 1001.0, (level,), (), 0)))
+
+
+def test_runs_are_stored_with_their_engine_options_and_compare_by_them(mem_store: Store) -> None:
+    _options_run(mem_store, "on", True, 640)
+    _options_run(mem_store, "off", False, 640)
+    _options_run(mem_store, "on-again", True, 672)
+    mem_store.flush()
+    stored = mem_store.get_run("off")
+    assert stored.profile["engine"]["kv_capacity"]["difference_tokens"] == 40
+    comparison = mem_store.compare(["on", "off"])
+    labels = [cells[0] for _, cells in comparison_table(comparison).rows]
+    assert labels == [
+        "vLLM on (prefix caching on, max seqs 16)",
+        "vLLM off (prefix caching off, max seqs 16)",
+    ]
+    markdown = comparison_to_markdown(comparison)
+    assert "vLLM off (prefix caching off, max seqs 16)" in markdown
+    assert "vLLM on (prefix caching on, max seqs 16)" in markdown
+    # options are configuration: on vs off is no regression of one configuration; the
+    # KV figure of another start of the same configuration is a measurement, not a change
+    with pytest.raises(StoreError, match="differ in profile"):
+        mem_store.regressions("on", "off")
+    assert mem_store.regressions("on", "on-again") == []

@@ -24,7 +24,15 @@ from textual.widgets import (
 from textual.widgets.selection_list import Selection
 
 from agents.protocol import EngineInfo
-from control.engine_ops import engine_choices, fit_view, start_engine, stop_engine, swap_engine
+from control.engine_ops import (
+    SWITCH_CHOICES,
+    engine_choices,
+    fit_view,
+    start_engine,
+    stop_engine,
+    swap_engine,
+    typed_options,
+)
 from control.nodes import AgentLike, LaunchFields
 from control.services import describe_error
 from tui.fasttable import Cell
@@ -35,12 +43,15 @@ from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected
 RUNTIMES = ("auto", "compose", "process", "sim")
 
 
-def launch_config(kind: str, model: str, extra: str, context: str) -> LaunchFields:
+def launch_config(
+    kind: str, model: str, extra: str, context: str, options: LaunchFields | None = None
+) -> LaunchFields:
     """The form as the agent's launch config (``engines.catalog.LaunchConfig`` fields;
-    a simulated engine takes its simulator profile in the model field)."""
+    a simulated engine takes its simulator profile in the model field); ``options``:
+    the typed start options (``control.engine_ops.typed_options``)."""
     if kind == "sim":
         return {"profile": model.strip()}
-    config: LaunchFields = {"model": model.strip()}
+    config: LaunchFields = {"model": model.strip(), **(options or {})}
     if extra.strip():
         config["extra_args"] = shlex.split(extra)
     if context.strip():
@@ -93,6 +104,35 @@ class EngineScreen(BaseScreen):
                     yield Input(
                         placeholder="tokens (optional)", id="context", type="integer", compact=True
                     )
+                with Horizontal(classes="row"):
+                    yield Label("Prefix  ")
+                    yield Select[str](
+                        [(c, c) for c in SWITCH_CHOICES],
+                        id="prefix-caching",
+                        value="default",
+                        allow_blank=False,
+                        compact=True,
+                    )
+                with Horizontal(classes="row"):
+                    yield Label("Chunked ")
+                    yield Select[str](
+                        [(c, c) for c in SWITCH_CHOICES],
+                        id="chunked-prefill",
+                        value="default",
+                        allow_blank=False,
+                        compact=True,
+                    )
+                with Horizontal(classes="row"):
+                    yield Label("Chunk   ")
+                    yield Input(
+                        placeholder="prefill chunk tokens", id="prefill-chunk", compact=True
+                    )
+                with Horizontal(classes="row"):
+                    yield Label("Batched ")
+                    yield Input(placeholder="max batched tokens", id="max-batched", compact=True)
+                with Horizontal(classes="row"):
+                    yield Label("KV type ")
+                    yield Input(placeholder="e.g. fp8, q8_0", id="kv-dtype", compact=True)
                 with Horizontal(classes="row"):
                     yield Label("Args    ")
                     yield Input(placeholder="--flag value", id="extra", compact=True)
@@ -206,11 +246,19 @@ class EngineScreen(BaseScreen):
             self.notify("enter a model first", severity="warning")
             return None
         try:
+            options = typed_options(
+                prefix_caching=str(self.query_one("#prefix-caching", Select).value),
+                chunked_prefill=str(self.query_one("#chunked-prefill", Select).value),
+                kv_cache_dtype=self.query_one("#kv-dtype", Input).value,
+                max_batched_tokens=self.query_one("#max-batched", Input).value,
+                prefill_chunk_tokens=self.query_one("#prefill-chunk", Input).value,
+            )
             return launch_config(
                 str(self.query_one("#kind", Select).value),
                 model,
                 self.query_one("#extra", Input).value,
                 self.query_one("#context", Input).value,
+                options,
             )
         except ValueError as exc:
             self.notify(f"bad arguments: {exc}", severity="error")
