@@ -10,6 +10,7 @@ from dataclasses import replace
 from aiohttp import web
 
 from agents.config import AgentConfig, new_token
+from agents.proxy import AgentAccessLogger
 from agents.server import create_app
 
 
@@ -24,7 +25,12 @@ def embedded_config(**overrides: object) -> AgentConfig:
 async def embedded_agent(config: AgentConfig | None = None) -> AsyncIterator[tuple[str, str]]:
     """``async with embedded_agent(cfg) as (url, token):`` — the agent runs until the block ends."""
     config = replace(config or embedded_config(), host="127.0.0.1", port=0)
-    runner = web.AppRunner(create_app(config), handle_signals=False, shutdown_timeout=5.0)
+    runner = web.AppRunner(
+        create_app(config),
+        handle_signals=False,
+        shutdown_timeout=5.0,
+        access_log_class=AgentAccessLogger,
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -83,6 +83,7 @@ async def peer_target(body: dict[str, Any]) -> tuple[Target, EngineWhere]:
         engine_kind=engine.kind,
         api_key=token,
         chat=body.get("chat", True),
+        through_proxy=True,
     )
     if not target.model:
         raise ValueError("a load run needs 'model': the name the engine serves")

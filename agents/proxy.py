@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_log import AccessLogger
 from yarl import URL
 
 from agents.keys import MANAGER
@@ -65,7 +67,21 @@ def _upstream(request: web.Request) -> tuple[URL, dict[str, str]]:
     return url, headers
 
 
-async def _body(request: web.Request) -> AsyncIterator[bytes]:
+WHOLE_BODY_BYTES = 1 << 20
+"""A request body up to this size (every chat or completion request) is read whole and sent
+upstream in one write with its length; a larger or unsized one streams through chunked."""
+
+
+async def _body(request: web.Request) -> bytes | AsyncIterator[bytes] | None:
+    if not request.body_exists:
+        return None
+    length = request.content_length
+    if length is not None and length <= WHOLE_BODY_BYTES:
+        return await request.read()
+    return _streamed(request)
+
+
+async def _streamed(request: web.Request) -> AsyncIterator[bytes]:
     async for chunk in request.content.iter_any():
         yield chunk
 
@@ -79,7 +95,7 @@ async def proxy(request: web.Request) -> web.StreamResponse:
             request.method,
             url,
             headers=headers,
-            data=_body(request) if request.body_exists else None,
+            data=await _body(request),
             allow_redirects=False,
         )
     except (aiohttp.ClientError, TimeoutError) as exc:
@@ -130,6 +146,19 @@ async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await session.close()
+
+
+class AgentAccessLogger(AccessLogger):
+    """aiohttp's access log, less the proxied requests unless DEBUG is on: a load test
+    through the proxy sends thousands a minute, each line cost the agent about 0.7 ms
+    (benchmarks/proxy_bench.py), and the engine's own log and the run's records say more."""
+
+    def log(self, request: BaseRequest, response: web.StreamResponse, time: float) -> None:
+        quiet = not self.logger.isEnabledFor(logging.DEBUG)
+        route = getattr(getattr(request, "match_info", None), "route", None)
+        if quiet and getattr(route, "handler", None) is proxy:
+            return
+        super().log(request, response, time)
 
 
 def add_proxy_routes(app: web.Application) -> None:

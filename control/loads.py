@@ -118,7 +118,13 @@ def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[Progre
 
     p = request.profile
     spec, workload = p.spec(), p.workload()
-    target = Target(request.url, request.model, request.engine_kind, request.api_key)
+    target = Target(
+        request.url,
+        request.model,
+        request.engine_kind,
+        request.api_key,
+        through_proxy=request.path == "proxied",
+    )
     setup = describe_run(
         spec,
         workload,

@@ -102,6 +102,7 @@ async def agent_target(
         model=model,
         engine_kind=kind,
         api_key=route.api_key or target.api_key,
+        through_proxy=route.path == "proxied",
     )
     return target, Placement(
         node.name, info.id, tuple(info.gpu_ids), route.path, engine_facts(info)

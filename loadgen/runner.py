@@ -52,6 +52,10 @@ class Target:
     engine_kind: str = "openai"
     api_key: str | None = None
     chat: bool = True
+    through_proxy: bool = False
+    """``url`` is an agent's proxy route, not the engine: the agent keeps the client's
+    connection alive whatever the engine does after a stream, so connections are reused
+    (a fresh one per request costs a connect and a close on both hosts)."""
 
     def __repr__(self) -> str:  # never print a key into logs
         key = "None" if self.api_key is None else "'***'"
@@ -94,7 +98,7 @@ async def run_load(
         concurrency=spec.max_in_flight,
         request_timeout_s=spec.request_timeout_s,
         stall_timeout_s=spec.stall_timeout_s,
-        reuse_connections=quirks.reuse_connections,
+        reuse_connections=quirks.reuse_connections or target.through_proxy,
     )
     summaries: list[LevelSummary] = []
     written = 0

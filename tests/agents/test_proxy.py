@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 
 import aiohttp
+import pytest
 
 from agents.client import AgentClient
 
@@ -80,4 +82,31 @@ async def test_an_engine_that_does_not_answer_is_a_502_in_words(
             assert resp.status == 502
             error = (await resp.json())["error"]
     assert f"engine {engine.id}" in error and "did not answer" in error
+    await client.stop(engine.id)
+
+
+async def test_proxied_requests_stay_out_of_the_access_log_unless_debugging(
+    agent: tuple[str, AgentClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A load test through the proxy sends thousands of requests a minute: a line each would
+    flood the agent's log and cost it CPU on every request; DEBUG brings them back."""
+    url, client = agent
+    engine = await client.start("sim", {"profile": "h100-llama2-7b-vllm"})
+    models = f"{url}/v1/engines/{engine.id}/proxy/v1/models"
+
+    def access_lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
+
+    async with aiohttp.ClientSession(headers=AUTH) as http:
+        caplog.set_level(logging.INFO, logger="aiohttp.access")
+        for route in (models, f"{url}/v1/engines"):
+            async with http.get(route) as resp:
+                assert resp.status == 200
+        assert any("GET /v1/engines " in line for line in access_lines()), access_lines()
+        assert not any("/proxy/" in line for line in access_lines()), access_lines()
+
+        caplog.set_level(logging.DEBUG, logger="aiohttp.access")
+        async with http.get(models) as resp:
+            assert resp.status == 200
+        assert any("/proxy/v1/models" in line for line in access_lines()), access_lines()
     await client.stop(engine.id)
