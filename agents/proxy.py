@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
-from aiohttp.web_request import BaseRequest
 from aiohttp.web_log import AccessLogger
+from aiohttp.web_request import BaseRequest
 from yarl import URL
 
 from agents.keys import MANAGER
