@@ -37,6 +37,8 @@ _ENV_FORBIDDEN = set('"\\$`\n\r\0')
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _LOADING_WORDS = {"loading", "starting", "initializing", "warming_up", "warmup"}
 _BAD_WORDS = {"error", "unhealthy", "dead", "failed", "fail"}
+MAX_COMPOSE_GPUS = 8
+"""GPU reservations come from compose/gpus/<count>.yml, one file per count up to this."""
 
 
 def env_file_text(env: Mapping[str, str]) -> str:
@@ -209,7 +211,14 @@ class EngineSpec:
                     f"tensor x pipeline parallel needs {cfg.gpus_needed} GPUs, "
                     f"gpu_ids lists {len(gpu_ids)}"
                 )
-            env["GPU_IDS"] = ",".join(str(i) for i in gpu_ids)
+            if len(gpu_ids) > MAX_COMPOSE_GPUS:
+                raise ValueError(
+                    f"the Compose files reserve 1 to {MAX_COMPOSE_GPUS} GPUs per engine "
+                    f"(compose/gpus/), gpu_ids lists {len(gpu_ids)}"
+                )
+            # One variable per id: Compose cannot split a list out of one variable.
+            env["GPU_COUNT"] = str(len(gpu_ids))
+            env.update({f"GPU_{n}": str(gpu) for n, gpu in enumerate(gpu_ids)})
         # The key reaches the container's environment (the Compose files pass the
         # engine's variable through), never its command line.
         keyless, key_env = self.key_in_env(cfg)
