@@ -20,6 +20,7 @@ from agents.catalog_adapter import UnknownEngine, declared_namespaces, get_spec,
 from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
+from agents.model_pull import model_ready
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
 from agents.security import check_start_request
@@ -339,7 +340,12 @@ class EngineManager:
         return dep_id in self._starting or (lock is not None and lock.locked())
 
     async def _gate(self, dep: Deployment) -> bool:
-        return await health_gate(dep, self.runtime_for(dep), self._probe, self.emit)
+        return await health_gate(
+            dep, self.runtime_for(dep), self._probe, self.emit, self._has_model
+        )
+
+    async def _has_model(self, dep: Deployment) -> bool:
+        return await model_ready(dep, self.session)
 
     async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
         """Stop and remove the engine; its named volumes (model caches) stay unless

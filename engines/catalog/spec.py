@@ -116,6 +116,12 @@ class EngineSpec:
     model_is_path: bool = True
     """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
     instead pulls models by name into its own store)."""
+    model_show_path: str | None = None
+    """Where the engine says whether it has a model (POST ``{"model": name}``: 200 yes,
+    404 no) when it serves models by name: it is ready only once it has the model."""
+    model_pull_path: str | None = None
+    """Where it pulls a missing model (POST ``{"model": name}``, progress streamed as
+    ``engines.model_pull`` reads it)."""
     api_key_env: str | None = None
     """The variable the engine reads its API key from.  Run bare or under Compose, the
     key goes there rather than onto the command line, which every local user can read
