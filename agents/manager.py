@@ -22,6 +22,7 @@ from agents.config import AgentConfig
 from agents.engine_version import detect_version
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.kv_check import kv_capacity_check
+from agents.model_pull import model_ready
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
 from agents.security import check_start_request
@@ -349,7 +350,9 @@ class EngineManager:
     async def _gate(self, dep: Deployment) -> bool:
         dep.engine_version = dep.engine_version_from = None  # a swap or restart: ask again
         dep.kv_capacity = None
-        if not await health_gate(dep, self.runtime_for(dep), self._probe, self.emit):
+        if not await health_gate(
+            dep, self.runtime_for(dep), self._probe, self.emit, self._has_model
+        ):
             return False
         await self._learn_version(dep)
         if not dep.simulated:  # every real start checks the fit estimator
@@ -363,6 +366,9 @@ class EngineManager:
             spec = get_spec(dep.kind)
             found = await detect_version(self.session, dep, spec, self.platform)
             dep.engine_version, dep.engine_version_from = found
+
+    async def _has_model(self, dep: Deployment) -> bool:
+        return await model_ready(dep, self.session)
 
     async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
         """Stop and remove the engine; its named volumes (model caches) stay unless

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from agents.catalog_adapter import get_spec
 from agents.health_watch import Probe
@@ -37,11 +37,16 @@ def checked_health_timeout(value: object) -> float | None:
 
 
 async def health_gate(
-    dep: Deployment, runtime: Runtime, probe: Probe, emit: Callable[[str, str, str], object]
+    dep: Deployment,
+    runtime: Runtime,
+    probe: Probe,
+    emit: Callable[[str, str, str], object],
+    has_model: Callable[[Deployment], Awaitable[bool]],
 ) -> bool:
-    """True once the engine is ready (a loading 503 is not a failure); False, with the
-    reason and the engine's last log line in ``dep.message``, when it died or ran out of
-    time."""
+    """True once the engine is ready (a loading 503 is not a failure) and ``has_model``
+    (an engine serving models by name has pulled its model); False, with the reason and
+    the engine's last log line in ``dep.message``, when it died, ran out of time or could
+    not get its model."""
     path = get_spec(dep.kind).health_path
     limit_s = dep.start_timeout_s or get_spec(dep.kind).start_timeout_s
     begun = time.monotonic()
@@ -51,9 +56,13 @@ async def health_gate(
             break
         status, health = await probe(dep)
         if health == "ready":
+            dep.state, dep.health, dep.message = "loading", "loading", None
+            if not await has_model(dep):  # a pull takes as long as it streams progress
+                break
             dep.state, dep.health, dep.healthy_at = "ready", "healthy", time.time()
-            dep.message = dep.last_log_line = None
-            emit("healthy", dep.id, f"{dep.url}{path} answered {status}")
+            dep.last_log_line = None  # the message is None, or what has_model did
+            pulled = f"; {dep.message}" if dep.message else ""
+            emit("healthy", dep.id, f"{dep.url}{path} answered {status}{pulled}")
             return True
         dep.state, dep.health = "loading", "loading"
         if status is None and await runtime.status(dep) != "running":

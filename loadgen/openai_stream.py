@@ -329,7 +329,10 @@ class StreamClient:
             state.http_status = resp.status
             if not 200 <= resp.status < 300:
                 text = await _preview(resp)
-                state.fail(ErrorKind.HTTP_STATUS, f"HTTP {resp.status}: {text}")
+                # 429 is load, not a broken engine: its own kind, so a sweep shows where
+                # the engine started refusing (TGI past --max-concurrent-requests).
+                kind = ErrorKind.RATE_LIMITED if resp.status == 429 else ErrorKind.HTTP_STATUS
+                state.fail(kind, f"HTTP {resp.status}: {text}")
                 return
             try:
                 await _read_events(resp, state, self._limits.max_line_bytes)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from runs.codec import summary_to_dict
 from runs.events import RunResult
-from runs.records import LevelSummary, Percentiles
+from runs.records import LevelSummary, Percentiles, failures_field, failures_text
 
 _PCT_FIELDS = ("p50", "p90", "p95", "p99", "p999", "mean")
 _PCT_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
@@ -60,8 +60,7 @@ def summary_table(result: RunResult) -> Table:
 def failure_lines(result: RunResult) -> list[str]:
     """One line per level with failures, by kind (too wide for the table)."""
     return [
-        f"failures at {level_label(s)}: "
-        + ", ".join(f"{kind} {n}" for kind, n in sorted(s.failures_by_kind.items()))
+        f"failures at {level_label(s)}: {failures_text(s.failures_by_kind)}"
         for s in result.levels
         if s.failures_by_kind
     ]
@@ -107,7 +106,7 @@ def csv_row(s: LevelSummary) -> dict[str, Any]:
     row["total_output_tokens"] = s.total_output_tokens
     row["total_prompt_tokens"] = s.total_prompt_tokens
     row["usage_mismatches"] = s.usage_mismatches
-    row["failures_by_kind"] = ";".join(f"{k}={n}" for k, n in sorted(s.failures_by_kind.items()))
+    row["failures_by_kind"] = failures_field(s.failures_by_kind)
     return row
 
 

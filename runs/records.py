@@ -9,14 +9,15 @@ with telemetry frames and exact to the microsecond within a run.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 
 class ErrorKind(StrEnum):
     CONNECT = "connect"  # no byte of the request reached the server
-    HTTP_STATUS = "http_status"  # non-2xx answer
+    HTTP_STATUS = "http_status"  # non-2xx answer other than 429
+    RATE_LIMITED = "rate_limited"  # 429: the engine refused for load (TGI's request limit)
     TIMEOUT = "timeout"
     BROKEN_STREAM = "broken_stream"  # the stream ended without [DONE] / finish
     NO_CONTENT = "no_content"  # 2xx but no content chunk at all
@@ -131,10 +132,28 @@ class LevelSummary:
         return self.total_output_tokens / self.energy_j
 
 
+_KIND_LABELS: dict[str, str] = {ErrorKind.RATE_LIMITED: "rate-limited (429)"}
+
+
+def kind_label(kind: str) -> str:
+    """How a failure kind reads to an operator ("rate-limited (429)"; others by name)."""
+    return _KIND_LABELS.get(kind, kind)
+
+
+def failures_text(counts: Mapping[str, int]) -> str:
+    """Failure counts by kind, most common first ("rate-limited (429) 6, connect 2")."""
+    return ", ".join(f"{kind_label(kind)} {n}" for kind, n in Counter(counts).most_common())
+
+
+def failures_field(counts: Mapping[str, int]) -> str:
+    """Failure counts by kind as one CSV field ("connect=2;rate_limited=6")."""
+    return ";".join(f"{kind}={n}" for kind, n in sorted(counts.items()))
+
+
 def failures_by_kind(levels: Iterable[LevelSummary]) -> str:
     """The levels' failures by kind, most common first ("http_status 6, connect 2"): how
     a run's status line and the bench's exit message say what failed."""
     kinds: Counter[str] = Counter()
     for s in levels:
         kinds.update(s.failures_by_kind)
-    return ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    return failures_text(kinds)

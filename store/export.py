@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import IO, Any
 
-from runs.records import RequestRecord
+from runs.records import RequestRecord, failures_field, failures_text
 from store.models import Comparison, ComparisonRow, RunInfo, request_to_json
 
 CSV_FIELDS = (
@@ -41,11 +41,14 @@ CSV_FIELDS = (
     "j_per_token",
     "tok_per_j",
     "energy_source",
+    "failures_by_kind",
 )
 
 
 def row_dict(row: ComparisonRow) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in CSV_FIELDS}
+    out = {name: getattr(row, name) for name in CSV_FIELDS}
+    out["failures_by_kind"] = failures_field(row.failures_by_kind)
+    return out
 
 
 def comparison_to_csv(comparison: Comparison) -> str:
@@ -92,7 +95,8 @@ def _note(row: ComparisonRow, rows: list[ComparisonRow], runs: dict[str, RunInfo
     if len(rows) > 1 and row.ttft_p50_s is not None and row.ttft_p50_s == min(ttfts):
         notes.append("lowest TTFT")
     if row.failure_rate > 0:
-        notes.append(f"{row.failure_rate:.1%} failed")
+        kinds = failures_text(row.failures_by_kind)
+        notes.append(f"{row.failure_rate:.1%} failed" + (f": {kinds}" if kinds else ""))
     models = {_model(runs[r.run_id]) for r in rows}
     if len(models) > 1 and (m := _model(runs[row.run_id])):
         notes.append(m)

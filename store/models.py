@@ -88,6 +88,8 @@ class ComparisonRow:
     energy_j: float | None
     energy_source: str | None
     """"loadgen" (the level's own figure), "telemetry" (stored GPU samples) or None."""
+    failures_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The level's failed requests by kind (rate-limited apart from other HTTP errors)."""
 
     @property
     def j_per_token(self) -> float | None:

@@ -191,6 +191,7 @@ def compare(
                     mean_power_w=power,
                     energy_j=joules,
                     energy_source=source,
+                    failures_by_kind=dict(s.failures_by_kind),
                 )
             )
     return Comparison(runs=tuple(runs), rows=tuple(rows))

@@ -160,6 +160,9 @@ class OllamaSpec(EngineSpec):
     metrics_path = "/api/ps"
     metrics_format = "ollama_ps"
     model_is_path = False  # `ollama serve` loads nothing; models are pulled by name
+    # "/" answers before any model is there: ready means the model is (docs/api.md)
+    model_show_path = "/api/show"
+    model_pull_path = "/api/pull"
     exact_length_style = None  # num_predict caps, nothing forces past EOS
     length_fields = frozenset()
     kv_log_patterns = (r"\bn_ctx\s*=\s*(\d+)",)

@@ -224,6 +224,10 @@ class SglangSpec(EngineSpec):
         return sglang_capacity(payload)
 
 
+TGI_MIN_IN_FLIGHT = 512
+"""The fewest requests a TGI launch accepts at once (``TgiSpec.max_in_flight``)."""
+
+
 class TgiSpec(EngineSpec):
     kind = "tgi"
     display_name = "TGI"
@@ -253,6 +257,8 @@ class TgiSpec(EngineSpec):
     # No api_key_env: the launcher would read API_KEY, but it hands the key on to the
     # router it spawns as "--api-key <key>" (launcher/src/main.rs), so the key shows on
     # a command line either way; it stays our flag.
+    # The batch token budgets stay tuning flags: the launcher sizes --max-batch-total-tokens
+    # from the memory left after the weights, and a fixed one would waste or overrun it.
     extra_flags = (
         integer("--max-input-tokens", low=1, high=1 << 24),
         integer("--max-batch-total-tokens", low=1, high=1 << 30),
@@ -289,9 +295,19 @@ class TgiSpec(EngineSpec):
             *opt("--max-total-tokens", cfg.context_len),
             *opt("--cuda-memory-fraction", cfg.gpu_mem_fraction),
             *opt("--quantize", cfg.quantization),
-            *opt("--max-concurrent-requests", cfg.max_num_seqs),
+            # The batch cap: requests past it wait in the router's queue (backends/v3
+            # backend.rs), as past vLLM's --max-num-seqs.
+            *opt("--max-batch-size", cfg.max_num_seqs),
+            "--max-concurrent-requests", str(self.max_in_flight(cfg)),
             *opt("--api-key", cfg.api_key),
         ]  # fmt: skip
+
+    def max_in_flight(self, cfg: LaunchConfig) -> int:
+        """``--max-concurrent-requests``: past it TGI's router answers 429 (default 128,
+        launcher/src/main.rs at v3.3.4), where the other engines queue without limit.  So a
+        sweep measures its batching rather than its refusals: 8x the seed's 64
+        concurrent, and at least twice the batch cap."""
+        return max(TGI_MIN_IN_FLIGHT, 2 * (cfg.max_num_seqs or 0))
 
 
 def _trtllm_both(name: str) -> tuple[str, str]:

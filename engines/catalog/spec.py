@@ -40,6 +40,8 @@ _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _VERSION_TEXT = re.compile(r"v?\d[A-Za-z0-9_.+-]{0,63}")
 _LOADING_WORDS = {"loading", "starting", "initializing", "warming_up", "warmup"}
 _BAD_WORDS = {"error", "unhealthy", "dead", "failed", "fail"}
+MAX_COMPOSE_GPUS = 8
+"""GPU reservations come from compose/gpus/<count>.yml, one file per count up to this."""
 
 
 def env_file_text(env: Mapping[str, str]) -> str:
@@ -136,6 +138,12 @@ class EngineSpec:
     model_is_path: bool = True
     """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
     instead pulls models by name into its own store)."""
+    model_show_path: str | None = None
+    """Where the engine says whether it has a model (POST ``{"model": name}``: 200 yes,
+    404 no) when it serves models by name: it is ready only once it has the model."""
+    model_pull_path: str | None = None
+    """Where it pulls a missing model (POST ``{"model": name}``, progress streamed as
+    ``engines.model_pull`` reads it)."""
     api_key_env: str | None = None
     """The variable the engine reads its API key from.  Run bare or under Compose, the
     key goes there rather than onto the command line, which every local user can read
@@ -239,7 +247,14 @@ class EngineSpec:
                     f"tensor x pipeline parallel needs {cfg.gpus_needed} GPUs, "
                     f"gpu_ids lists {len(gpu_ids)}"
                 )
-            env["GPU_IDS"] = ",".join(str(i) for i in gpu_ids)
+            if len(gpu_ids) > MAX_COMPOSE_GPUS:
+                raise ValueError(
+                    f"the Compose files reserve 1 to {MAX_COMPOSE_GPUS} GPUs per engine "
+                    f"(compose/gpus/), gpu_ids lists {len(gpu_ids)}"
+                )
+            # One variable per id: Compose cannot split a list out of one variable.
+            env["GPU_COUNT"] = str(len(gpu_ids))
+            env.update({f"GPU_{n}": str(gpu) for n, gpu in enumerate(gpu_ids)})
         # The key reaches the container's environment (the Compose files pass the
         # engine's variable through), never its command line.
         keyless, key_env = self.key_in_env(cfg)

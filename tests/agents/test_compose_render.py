@@ -58,7 +58,8 @@ def test_gpu_variant_and_model_mount(tmp_path: Path) -> None:
     )
     path, env = runtime(tmp_path, "nvidia").render(dep)
     assert path.name == "vllm.yml"
-    assert env["GPU_IDS"] == "2,3" and env["MODEL_CACHE"] == str(models.resolve())
+    assert (env["GPU_COUNT"], env["GPU_0"], env["GPU_1"]) == ("2", "2", "3")
+    assert env["MODEL_CACHE"] == str(models.resolve())
     _, jetson_env = runtime(tmp_path, "jetson").render(dep)
     assert jetson_env["ENGINE_IMAGE"] != env["ENGINE_IMAGE"]  # the Jetson image
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE, compose_file
-from engines.catalog import EngineSpec, LaunchConfig, all_specs, env_file_text, get_spec
+from engines.catalog import EngineSpec, LaunchConfig, all_specs, env_file_text, get_spec, kinds
+from engines.catalog.spec import MAX_COMPOSE_GPUS
 
 
 def compose_cli() -> list[str]:
@@ -105,7 +106,7 @@ def test_catalog_env_renders_a_valid_project(
     if platform == "nvidia":
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
-        assert device["device_ids"] == [",".join(str(i) for i in range(cfg.gpus_needed))]
+        assert device["device_ids"] == [str(i) for i in range(cfg.gpus_needed)]
         assert "runtime" not in service
     else:
         assert service["runtime"] == "nvidia"
@@ -141,7 +142,7 @@ def test_rig_cpu_file_takes_the_catalog_env(tmp_path: Path) -> None:
     spec = get_spec("llamacpp")
     cfg = LaunchConfig(model="/models/tiny.gguf", port=18081, context_len=1024, max_num_seqs=2)
     env = spec.compose_env(cfg, deployment_id="rig-1", node="laptop", platform="cpu")
-    assert "GPU_IDS" not in env
+    assert "GPU_COUNT" not in env and "GPU_0" not in env
     project = config("llama-server-cpu", env_file_text(env), tmp_path)
     (service,) = project["services"].values()
     command = service["command"]
@@ -226,3 +227,68 @@ def test_engines_that_read_no_key_variable_keep_the_flag(
     service = service_of(spec, "nvidia", replace(cfg_for(spec), api_key="sk-fl4g"), tmp_path)
     command = service["command"]
     assert command[command.index(flag) + 1] == "sk-fl4g"
+
+
+@pytest.mark.parametrize("spec", all_specs(), ids=kinds())
+def test_two_gpus_are_two_device_ids(spec: EngineSpec, tmp_path: Path) -> None:
+    """Docker hands each id of a device request to the NVIDIA driver (CDI:
+    nvidia.com/gpu=<id>) as one device: "3,5" would be a single, unknown one."""
+    cfg = replace(cfg_for(spec), gpu_ids=(3, 5))
+    service = service_of(spec, "nvidia", cfg, tmp_path)
+    (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+    assert device["device_ids"] == ["3", "5"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+
+
+def test_by_hand_gpu_ids_one_variable_each(tmp_path: Path) -> None:
+    by_hand = 'MODEL="org/model"\nGPU_COUNT="3"\nGPU_0="1"\nGPU_1="4"\nGPU_2="6"\n'
+    (service,) = config("vllm", by_hand, tmp_path)["services"].values()
+    (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+    assert device["device_ids"] == ["1", "4", "6"]
+
+    env = tmp_path / "short.env"
+    env.write_text('MODEL="org/model"\nGPU_COUNT="2"\nGPU_0="1"\n')
+    done = subprocess.run(
+        [*compose_cli(), "-f", str(compose_file("vllm")), "--env-file", str(env), "config"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "set GPU_0..GPU_1 to the 2 GPU indices" in done.stderr
+
+
+def test_every_gpu_count_the_catalog_renders_has_its_file(tmp_path: Path) -> None:
+    spec = get_spec("vllm")
+    for count in range(1, MAX_COMPOSE_GPUS + 1):
+        cfg = replace(CFG, tensor_parallel=count, gpu_ids=tuple(range(10, 10 + count)))
+        service = service_of(spec, "nvidia", cfg, tmp_path)
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["device_ids"] == [str(10 + i) for i in range(count)]
+    too_many = replace(CFG, tensor_parallel=MAX_COMPOSE_GPUS + 1)
+    with pytest.raises(ValueError, match=f"1 to {MAX_COMPOSE_GPUS} GPUs"):
+        spec.compose_env(too_many, deployment_id="d", node="n", platform="nvidia")
+
+
+# Where each jetson-containers image keeps its models and caches, from the image's
+# own Dockerfile (github.com/dusty-nv/jetson-containers at dd206bf, 2026-05-30):
+#   packages/llm/huggingface_hub/Dockerfile  HF_HOME=/data/models/huggingface
+#     (a dependency of the vllm and llama_cpp images)
+#   packages/llm/llama_cpp/install.sh        ln -sf /data/models/llama.cpp /root/.cache/llama.cpp
+#   packages/llm/ollama/Dockerfile           OLLAMA_MODELS=/data/models/ollama/models
+JETSON_CACHE = {
+    "vllm": ("HF_HOME", "/data/models/huggingface", "/data/models/huggingface"),
+    "llamacpp": ("LLAMA_CACHE", "/data/models/llama.cpp", "/data/models/llama.cpp"),
+    "ollama": ("OLLAMA_MODELS", "/data/models/ollama/models", "/data/models/ollama"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(JETSON_CACHE))
+def test_jetson_cache_is_mounted_where_the_image_keeps_it(kind: str, tmp_path: Path) -> None:
+    """A cache mounted anywhere else leaves the downloads in the container's own layer,
+    and a stop deletes them (a Jetson reloads a model from the network each start)."""
+    variable, cache_dir, mount_at = JETSON_CACHE[kind]
+    spec = get_spec(kind)
+    service = service_of(spec, "jetson", replace(cfg_for(spec), tensor_parallel=1), tmp_path)
+    (volume,) = service["volumes"]
+    assert (volume["type"], volume["target"]) == ("volume", mount_at)
+    assert service["environment"][variable] == cache_dir
+    assert cache_dir.startswith(mount_at)

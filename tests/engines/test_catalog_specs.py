@@ -50,7 +50,8 @@ EXPECTED_FLAGS = {
         "--model-id", "meta-llama/Llama-3.1-8B-Instruct", "--hostname", "0.0.0.0",
         "--port", "9001", "--num-shard", "2", "--max-total-tokens", "8192",
         "--cuda-memory-fraction", "0.85", "--quantize", "fp8",
-        "--max-concurrent-requests", "64", "--api-key", "s3cret", "--max-best-of", "2",
+        "--max-batch-size", "64", "--max-concurrent-requests", "512", "--api-key", "s3cret",
+        "--max-best-of", "2",
     ],
     "lmdeploy": [
         "meta-llama/Llama-3.1-8B-Instruct", "--server-name", "0.0.0.0", "--server-port", "9001",

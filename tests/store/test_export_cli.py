@@ -43,7 +43,7 @@ def test_markdown_is_shaped_like_the_design_table(mem_store: Store) -> None:
     assert lines[1] == "|---|---|---|"
     assert lines[2] == "| TensorRT-LLM | 7,511 | lowest TTFT |"
     assert lines[3] == "| vLLM | 4,056 | |"
-    assert lines[4] == "| llama.cpp | 1,502 | 2.3% failed |"
+    assert lines[4] == "| llama.cpp | 1,502 | 2.3% failed: http_status 3 |"
     detailed = comparison_to_markdown(c, detailed=True).splitlines()
     assert detailed[0].endswith(
         "| TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | failed | J/token | note |"

@@ -23,7 +23,7 @@ from control.loads import (
 from control.model import fmt
 from control.services import describe_error
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
-from runs.records import LevelSummary
+from runs.records import LevelSummary, failures_text
 from store.recorder import RunRecorder
 from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
@@ -256,7 +256,7 @@ class LoadScreen(BaseScreen):
                 ),
             )
             self._tps.append((event.elapsed_s + 1000 * event.level_index, event.output_tok_s))
-            errors = ", ".join(f"{k} {v}" for k, v in event.errors_by_kind.items()) or "none"
+            errors = failures_text(event.errors_by_kind) or "none"
             status.update(
                 f"level {event.level_index + 1}/{self._planned}: "
                 f"{event.in_flight} in flight, {event.completed} done, "

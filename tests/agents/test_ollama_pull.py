@@ -1,0 +1,99 @@
+"""Ollama is ready only once it has the model it was started for: the agent pulls a
+missing one through /api/pull, its progress in the engine's message while it loads,
+and a failed pull fails the start with the engine's own reason.  The engine is
+tests/agents/standin_ollama.py, run by the real agent's process runtime as `ollama`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agents.client import AgentClient, AgentError
+from agents.config import AgentConfig
+from agents.embedded import embedded_agent
+from tests.agents.test_engine_faults import engine_where, engines_killed_afterwards
+
+STANDIN = Path(__file__).with_name("standin_ollama.py")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """The stand-in's model store ($OLLAMA_MODELS), empty at first."""
+    path = tmp_path / "ollama-models"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def ollama_config(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, store: Path
+) -> Iterator[AgentConfig]:
+    wrapper = tmp_path / "ollama"
+    wrapper.write_text(
+        f'#!/bin/sh\nexec env OLLAMA_MODELS="{store}" "{sys.executable}" "{STANDIN}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    config = make_config(native_binaries={"ollama": wrapper}, interval_s=1.0)
+    with engines_killed_afterwards(config.state_dir, str(STANDIN)):
+        yield config
+
+
+async def test_a_missing_model_is_pulled_with_progress_before_ready(
+    ollama_config: AgentConfig, store: Path
+) -> None:
+    async with (
+        embedded_agent(ollama_config) as (url, token),
+        AgentClient(url, token) as client,
+    ):
+        engine = await client.start(
+            "ollama", {"model": "tinyllama:1.1b"}, runtime="process", wait=False
+        )
+        # The stand-in holds the layer at 25 % until the test lets it go on.
+        info = await engine_where(client, engine.id, lambda i: "25%" in (i.message or ""), 30)
+        assert info.message == "pulling model tinyllama:1.1b: pulling 6a0746a1ec1a: 25% of 2.1 GB"
+        assert (info.state, info.health) == ("loading", "loading")  # "/" answered long ago
+
+        async with aiohttp.ClientSession() as session:
+            await session.post(f"{info.url}/standin/resume")
+        info = await engine_where(client, engine.id, lambda i: i.state != "loading", 30)
+        assert (info.state, info.health) == ("ready", "healthy"), info.message
+        assert info.message and info.message.startswith("pulled model tinyllama:1.1b in ")
+        assert (store / "tinyllama:1.1b").read_text() == "pulled"
+        await client.stop(engine.id)
+
+
+async def test_a_model_it_has_is_ready_without_a_pull(
+    ollama_config: AgentConfig, store: Path
+) -> None:
+    (store / "llama3.2").write_text("here before")
+    async with (
+        embedded_agent(ollama_config) as (url, token),
+        AgentClient(url, token) as client,
+    ):
+        engine = await client.start("ollama", {"model": "llama3.2"}, runtime="process")
+        assert (engine.state, engine.health) == ("ready", "healthy"), engine.message
+        assert engine.message is None  # nothing was pulled
+        assert (store / "llama3.2").read_text() == "here before"
+        await client.stop(engine.id)
+
+
+async def test_a_failed_pull_fails_the_start_with_the_engines_reason(
+    ollama_config: AgentConfig, store: Path
+) -> None:
+    (store / "pull-error").write_text("pull model manifest: file does not exist")
+    async with (
+        embedded_agent(ollama_config) as (url, token),
+        AgentClient(url, token) as client,
+    ):
+        with pytest.raises(AgentError) as refused:
+            await client.start("ollama", {"model": "no-such-model"}, runtime="process")
+        reason = "pulling model no-such-model failed: pull model manifest: file does not exist"
+        assert refused.value.status == 502 and reason in str(refused.value)
+        (engine,) = await client.engines()
+        assert (engine.state, engine.health) == ("crashed", "dead")
+        assert (engine.message or "").startswith(reason), engine.message
+        await client.stop(engine.id)
