@@ -19,6 +19,8 @@ def opt(flag: str, value: object | None) -> list[str]:
     return [] if value is None else [flag, str(value)]
 
 
+# The rig's vLLM CPU build (scripts/rig-vllm.sh builds it; no registry has it).
+RIG_CPU_IMAGE = "infer-top/vllm-cpu:0.32.0-r1"
 _DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 
@@ -47,6 +49,7 @@ class VllmSpec(EngineSpec):
     image = "vllm/vllm-openai:v0.11.0"
     image_version = "0.11.0"
     jetson_image = "dustynv/vllm:0.8.6-r36.4-cu128-24.04"
+    cpu_image = RIG_CPU_IMAGE
     container_port = 8000
     start_timeout_s = 1815.0
     # The API-server module works in every release and in the Jetson image
@@ -63,6 +66,9 @@ class VllmSpec(EngineSpec):
     extra_flags = (
         integer("--seed", low=0, high=(1 << 32) - 1),
         integer("--max-num-batched-tokens", low=1, high=1 << 24),
+        # caps the KV cache at this many blocks: a small KV budget on purpose (tests, and
+        # to see how a deployment behaves when the cache runs full)
+        integer("--num-gpu-blocks-override", low=1, high=1 << 24),
         choice("--block-size", values=("8", "16", "32", "64", "128")),
         number("--swap-space", low=0, high=1024),
         choice("--kv-cache-dtype", values=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")),
