@@ -40,7 +40,11 @@ TOKEN = "rig-token-0123456789abcdef"
 KV_BLOCKS = 20
 """vLLM's KV cache in blocks of 32 tokens: 640 tokens, so 8 streams of ~150 tokens each
 fill it, queue and get preempted (the recipe saw KV 0.74-0.95, 2-6 waiting)."""
-SWEEP = LoadSpec(levels=concurrency_sweep([2, 8]), requests_per_level=8, seed=7)
+SWEEP = LoadSpec(
+    levels=concurrency_sweep([2, 8]), requests_per_level=8, min_requests_per_client=3, seed=7
+)
+"""At 8 streams each sends 3 requests: vLLM stays saturated for several seconds, so the
+agent's frames (4 a second) catch the full cache and the queue more than once."""
 WORKLOAD = Workload(input_len=24, output_len=96, seed=7)
 """Prompt + answer stay well inside --max-model-len 512 even where the tiny tokenizer
 spends several tokens per word."""
@@ -109,7 +113,7 @@ def agent_process(rig: Rig, workdir: Path) -> Iterator[AgentProcess]:
     argv = [
         sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
         "--token-file", str(token_file), "--state-dir", str(workdir / "state"),
-        "--node-name", node, "--interval", "500ms", "--health-interval", "2s",
+        "--node-name", node, "--interval", "250ms", "--health-interval", "2s",
         "--allow-engine", "llamacpp", "--allow-engine", "vllm",
         "--allow-image", rig.llama_image, "--allow-image", rig.vllm_image,
     ]  # fmt: skip
