@@ -447,11 +447,20 @@ class EngineManager:
         )
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
             previous = (old.kind, dict(old.config), dict(old.options), old.start_timeout_s)
+            began = time.monotonic()
             await self._take_down(old)
+            down_s = time.monotonic() - began
             old.kind, old.config, old.options = candidate.kind, candidate.config, candidate.options
             old.start_timeout_s = candidate.start_timeout_s
             if await self._bring_up(old):
-                self.emit("swapped", dep_id, f"now {old.kind} {old.config.get('model', '')}")
+                # The operator's cost of a swap: how long the node served nothing.
+                took_s = time.monotonic() - began
+                old.message = (
+                    f"swapped from {previous[0]} to {old.kind} in {took_s:.1f} s "
+                    f"(stopped in {down_s:.1f} s, healthy {took_s - down_s:.1f} s later)"
+                )
+                model = old.config.get("model", "")
+                self.emit("swapped", dep_id, f"now {old.kind} {model}; {old.message}")
                 return old
             reason = old.message
             await self._take_down(old)

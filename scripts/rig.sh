@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real test rig: Docker Engine + Compose, a llama-server built from the
 # llama.cpp sources vendored in PyPI's llama-cpp-python sdist, a tiny GGUF model
-# and a local image infer-top/llama-server:<version>.  Idempotent; slow parts are
+# and a local image infer-top/llama-server:<version>; vLLM's CPU build and a tiny
+# Hugging Face model as infer-top/vllm-cpu:<version> (scripts/rig-vllm.sh).  Idempotent; slow parts are
 # cached outside the repository (INFER_TOP_RIG_CACHE, default ~/.cache/infer-top-rig)
 # keyed by version.  Writes $CACHE/rig.env for the tests.
 #
@@ -16,31 +17,12 @@ IMAGE_TAG="infer-top/llama-server:${LLAMA_CPP_PYTHON_VERSION}-${RIG_REVISION}"
 BASE_TAG="infer-top/busybox:1"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
-CACHE="${INFER_TOP_RIG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/infer-top-rig}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 DOCKERD="${INFER_TOP_DOCKERD:-dockerd}"            # the daemon command (tests point it elsewhere)
 DOCKERD_WAIT_S="${INFER_TOP_DOCKERD_WAIT_S:-30}"
 [ "${1:-}" = "--python" ] && PY="$2"
 
-say()  { printf '[rig] %s\n' "$*" >&2; }
-die()  { printf '[rig] ERROR: %s\n' "$*" >&2; exit 1; }
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-# docker.io recommends needrestart, whose apt hook would print Perl warnings here
-# and may restart the operator's services: suspend it for our installs.
-apt_get() {
-  as_root env DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes NEEDRESTART_SUSPEND=1 \
-    apt-get "$@"
-}
-apt_install() {
-  command -v apt-get >/dev/null || die "apt-get not found: install $* by hand"
-  # Try the package lists as they are; refresh them only when that fails (a
-  # fresh machine's lists may be missing, or stale and pointing at removed files).
-  apt_get install -y -qq "$@" >/dev/null 2>&1 && return 0
-  say "apt-get install $* failed with the current package lists: running apt-get update"
-  apt_get update -qq || die "apt-get update failed (no network to Debian's mirrors?)"
-  apt_get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
-}
-mkdir -p "$CACHE"
+. "$HERE/rig-common.sh"   # say, die, apt_install, CACHE
 
 # --- 1. Docker Engine -------------------------------------------------------
 if ! command -v "$DOCKERD" >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
@@ -152,10 +134,14 @@ fi
 # --- 6. terminal tools the TUI tests drive the app with ---------------------
 command -v tmux >/dev/null 2>&1 || apt_install tmux
 
+# --- 7. vLLM's CPU build, the second real engine (scripts/rig-vllm.sh) ----------
+VLLM_IMAGE="$("$HERE/rig-vllm.sh")" || die "the vLLM CPU image could not be built (see above)"
+
 cat > "$CACHE/rig.env" <<ENV
 INFER_TOP_LLAMA_SERVER_BIN=$BIN
 INFER_TOP_TINY_MODEL=$MODEL
 INFER_TOP_LLAMA_IMAGE=$IMAGE_TAG
+INFER_TOP_VLLM_IMAGE=$VLLM_IMAGE
 INFER_TOP_COMPOSE=$COMPOSE
 ENV
 say "ready: $CACHE/rig.env"

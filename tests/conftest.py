@@ -31,6 +31,8 @@ class Rig:
     llama_server_bin: Path
     tiny_model: Path
     llama_image: str
+    vllm_image: str
+    """vLLM's CPU build serving the tiny Hugging Face model at /models/tiny."""
     compose: tuple[str, ...]
 
 
@@ -50,14 +52,18 @@ def _rig_or_reason() -> Rig | str:
     probe = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)
     if probe.returncode != 0:
         return "no Docker daemon answers: run scripts/rig.sh (it starts dockerd)"
-    image = values["INFER_TOP_LLAMA_IMAGE"]
-    inspect = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
-    if inspect.returncode != 0:
-        return f"image {image} missing: run scripts/rig.sh"
+    images = [values.get(key, "") for key in ("INFER_TOP_LLAMA_IMAGE", "INFER_TOP_VLLM_IMAGE")]
+    for image in images:
+        if not image:
+            return f"{env_file} names no image of this rig (an older rig): run scripts/rig.sh"
+        inspect = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
+        if inspect.returncode != 0:
+            return f"image {image} missing: run scripts/rig.sh"
     return Rig(
         llama_server_bin=Path(values["INFER_TOP_LLAMA_SERVER_BIN"]),
         tiny_model=Path(values["INFER_TOP_TINY_MODEL"]),
-        llama_image=image,
+        llama_image=images[0],
+        vllm_image=images[1],
         compose=tuple(values["INFER_TOP_COMPOSE"].split()),
     )
 

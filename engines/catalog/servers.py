@@ -22,6 +22,8 @@ def opt(flag: str, value: object | None) -> list[str]:
     return [] if value is None else [flag, str(value)]
 
 
+# The rig's vLLM CPU build (scripts/rig-vllm.sh builds it; no registry has it).
+RIG_CPU_IMAGE = "infer-top/vllm-cpu:0.32.0-r1"
 _DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 # argparse choices of the pinned releases, which refuse anything else at start-up:
 # sglang 0.5.3 srt/server_args.py QUANTIZATION_CHOICES; lmdeploy v0.10.2 cli/utils.py
@@ -71,6 +73,7 @@ class VllmSpec(EngineSpec):
     jetson_image = "dustynv/vllm:0.8.6-r36.4-cu128-24.04"
     jetson_image_version = "0.8.6"
     version_path = "/version"  # entrypoints/openai/api_server.py: {"version": VLLM_VERSION}
+    cpu_image = RIG_CPU_IMAGE
     container_port = 8000
     start_timeout_s = 1815.0
     # The API-server module works in every release and in the Jetson image
@@ -87,6 +90,9 @@ class VllmSpec(EngineSpec):
     api_key_env = "VLLM_API_KEY"  # api_server: `args.api_key or envs.VLLM_API_KEY`
     extra_flags = (
         integer("--seed", low=0, high=(1 << 32) - 1),
+        # caps the KV cache at this many blocks: a small KV budget on purpose (tests, and
+        # to see how a deployment behaves when the cache runs full)
+        integer("--num-gpu-blocks-override", low=1, high=1 << 24),
         choice("--block-size", values=("8", "16", "32", "64", "128")),
         number("--swap-space", low=0, high=1024),
         choice("--dtype", values=_DTYPES),

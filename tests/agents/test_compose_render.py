@@ -65,7 +65,7 @@ def test_gpu_variant_and_model_mount(tmp_path: Path) -> None:
 
 
 def test_an_engine_without_a_file_for_the_platform_is_explained(tmp_path: Path) -> None:
-    dep = Deployment(id="x1", kind="vllm", runtime="compose", config={"model": "m"})
+    dep = Deployment(id="x1", kind="sglang", runtime="compose", config={"model": "m"})
     with pytest.raises(RuntimeError_, match="no CPU compose file"):
         runtime(tmp_path, "cpu").render(dep)
 

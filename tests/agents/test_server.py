@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -121,6 +122,33 @@ async def test_metrics_expose_the_frame_values(agent: tuple) -> None:
     assert ("infer_gpu_energy_joules_total", "0") in values
     # The H200 reports no fan: the series is absent rather than a made-up 0.
     assert not any(name.startswith("infer_gpu_fan") for name, _ in values)
+
+
+SWAP_TOOK = re.compile(
+    r"swapped from (\w+) to (\w+) in ([\d.]+) s \(stopped in ([\d.]+) s, healthy ([\d.]+) s later\)"
+)
+
+
+def swap_times(message: str | None) -> tuple[str, str, float, float, float]:
+    """(from kind, to kind, total, stop, start-to-healthy) of a swap's message."""
+    found = SWAP_TOOK.search(message or "")
+    assert found, message
+    return found[1], found[2], float(found[3]), float(found[4]), float(found[5])
+
+
+async def test_a_swap_says_how_long_the_node_served_nothing(agent: tuple) -> None:
+    _, client = agent
+    engine = await client.start("sim", {"profile": "h100-llama2-7b-vllm"})
+    began = time.monotonic()
+    swapped = await client.swap(engine.id, {"profile": "h100-llama2-7b-sglang"})
+    wall_s = time.monotonic() - began
+    old, new, took_s, down_s, up_s = swap_times(swapped.message)
+    assert (old, new) == ("vllm", "sglang")  # the kinds the simulator imitates
+    assert 0 <= down_s <= took_s <= wall_s and abs(down_s + up_s - took_s) <= 0.11
+    # The event log (the TUI's events pane) says the same.
+    event = (await client.recent_events())[-1]
+    assert event.kind == "swapped" and swapped.message in event.message
+    assert (await client.engine(engine.id)).message == swapped.message
 
 
 @pytest.mark.parametrize(

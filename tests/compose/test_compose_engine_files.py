@@ -153,6 +153,40 @@ def test_rig_cpu_file_takes_the_catalog_env(tmp_path: Path) -> None:
     assert service["labels"][LABEL_NODE] == "laptop"
 
 
+def test_vllm_cpu_file_runs_the_catalog_flags_without_a_gpu(tmp_path: Path) -> None:
+    spec = get_spec("vllm")
+    cfg = LaunchConfig(
+        model="/models/tiny", port=18082, context_len=512, max_num_seqs=4,
+        extra_args=("--num-gpu-blocks-override", "20"),
+    )  # fmt: skip
+    env = spec.compose_env(cfg, deployment_id="rig-2", node="laptop", platform="cpu")
+    assert "GPU_IDS" not in env
+    project = config(spec.compose_name("cpu"), env_file_text(env), tmp_path)
+    (service,) = project["services"].values()
+    assert service["command"] == spec.command_args(replace(cfg, port=spec.container_port))
+    assert service["command"][-2:] == ["--num-gpu-blocks-override", "20"]
+    # the CPU build's needs come first, so the catalog's flags after them still win
+    assert service["entrypoint"] == [
+        *spec.entrypoint, "--enforce-eager", "--dtype", "float32", "--block-size", "32",
+    ]  # fmt: skip
+    assert service["image"] == spec.cpu_image == "infer-top/vllm-cpu:0.32.0-r1"
+    assert "deploy" not in service and "runtime" not in service and "ipc" not in service
+    (port,) = service["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "18082", 8000)
+    assert "127.0.0.1:8000/health" in " ".join(service["healthcheck"]["test"])
+    assert service["environment"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert service["labels"][LABEL_ENGINE] == "vllm"
+    assert service["labels"][LABEL_NODE] == "laptop"
+
+
+def test_vllm_cpu_file_by_hand_needs_nothing(tmp_path: Path) -> None:
+    project = config("vllm-cpu", "\n", tmp_path)
+    (service,) = project["services"].values()
+    assert service["image"] == get_spec("vllm").cpu_image
+    assert service["command"][:2] == ["--model", "/models/tiny"]  # the rig's model
+    assert service["labels"][LABEL_DEPLOYMENT] == "manual"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -182,6 +216,7 @@ def test_too_few_gpu_ids_for_the_parallelism() -> None:
 KEY_IN_ENV = [
     *((spec, p) for spec, p in GPU_PLATFORMS if spec.api_key_env),
     (get_spec("llamacpp"), "cpu"),
+    (get_spec("vllm"), "cpu"),
 ]
 
 

@@ -1,0 +1,246 @@
+"""The rig's two real engines behind one real agent process, in one scenario per test
+session: vLLM's CPU build takes about a minute to start on 2 cores, so it starts once.
+
+The scenario, all through the agent's API with its Compose runtime: llama.cpp starts
+and runs the sweep; a swap replaces it with vLLM (a small KV budget: 20 blocks of 32
+tokens), which runs the same sweep while the test reads the agent's telemetry stream;
+a swap brings llama.cpp back.  The tests then check what the scenario saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agents.client import AgentClient
+from agents.protocol import AgentEvent, EngineInfo
+from control.noderuns import run_on_node
+from loadgen.profiles import LoadSpec, concurrency_sweep
+from loadgen.workload import Workload
+from runs.events import RunFinished
+from store import RunRecorder, open_store
+from telemetry import EngineTelemetry
+from tests.conftest import Rig
+from tests.ports import free_port
+from tests.waiting import apoll_until, poll_until
+
+TOKEN = "rig-token-0123456789abcdef"
+KV_BLOCKS = 20
+"""vLLM's KV cache in blocks of 32 tokens: 640 tokens, so 8 streams of ~150 tokens each
+fill it, queue and get preempted (the recipe saw KV 0.74-0.95, 2-6 waiting)."""
+SWEEP = LoadSpec(
+    levels=concurrency_sweep([2, 8]), requests_per_level=8, min_requests_per_client=3, seed=7
+)
+"""At 8 streams each sends 3 requests: vLLM stays saturated for several seconds, so the
+agent's frames (4 a second) catch the full cache and the queue more than once."""
+WORKLOAD = Workload(input_len=24, output_len=96, seed=7)
+"""Prompt + answer stay well inside --max-model-len 512 even where the tiny tokenizer
+spends several tokens per word."""
+
+
+def llama_config(rig: Rig) -> dict[str, Any]:
+    return {"model": "/models/tiny.gguf", "image": rig.llama_image, "max_num_seqs": 4,
+            "context_len": 512}  # fmt: skip
+
+
+def vllm_config(rig: Rig) -> dict[str, Any]:
+    return {
+        "model": "/models/tiny",
+        "image": rig.vllm_image,
+        "context_len": 512,
+        "max_num_seqs": 16,
+        "extra_args": ["--num-gpu-blocks-override", str(KV_BLOCKS)],
+    }
+
+
+@dataclass(frozen=True)
+class Swap:
+    engine: EngineInfo
+    """The deployment the swap answered with."""
+    wall_s: float
+    """How long the swap request took, seen from the client."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    node: str
+    llama_run_id: str
+    vllm_run_id: str
+    db: Path
+    to_vllm: Swap
+    to_llama: Swap
+    vllm_frames: tuple[EngineTelemetry, ...]
+    """The vLLM engine's telemetry, one per frame, from before its sweep to after it."""
+    events: tuple[AgentEvent, ...]
+
+
+@dataclass(frozen=True)
+class AgentProcess:
+    url: str
+    node: str
+    state_dir: Path
+
+
+def node_containers(node: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=org.infer-top.node={node}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out.stdout.split()
+
+
+@contextlib.contextmanager
+def agent_process(rig: Rig, workdir: Path) -> Iterator[AgentProcess]:
+    """``infer-agent`` as operators run it, allowed the rig's two images; whatever it
+    started is stopped through it, and any container left of its node removed."""
+    node = f"rig{uuid.uuid4().hex[:8]}"
+    token_file = workdir / "token"
+    token_file.write_text(TOKEN)
+    port = free_port()
+    log = (workdir / "agent.log").open("wb")
+    argv = [
+        sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
+        "--token-file", str(token_file), "--state-dir", str(workdir / "state"),
+        "--node-name", node, "--interval", "250ms", "--health-interval", "2s",
+        "--allow-engine", "llamacpp", "--allow-engine", "vllm",
+        "--allow-image", rig.llama_image, "--allow-image", rig.vllm_image,
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        poll_until(
+            lambda: _answers(url), "the agent to listen", timeout_s=60, every_s=0.2,
+            ignoring=(OSError,),
+        )  # fmt: skip
+        yield AgentProcess(url, node, workdir / "state")
+    finally:
+        with contextlib.suppress(Exception):
+            asyncio.run(_stop_all(url))
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+        if leftovers := node_containers(node):
+            subprocess.run(["docker", "rm", "-f", *leftovers], capture_output=True, timeout=120)
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+async def _stop_all(url: str) -> None:
+    async with AgentClient(url, TOKEN) as client:
+        for engine in await client.engines():
+            await client.stop(engine.id)
+
+
+async def served_model(client: AgentClient, engine_id: str) -> str:
+    """The model id the engine serves, asked through the agent's proxy."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{client.base_url}/v1/engines/{engine_id}/proxy/v1/models",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        ) as resp,
+    ):
+        return str((await resp.json())["data"][0]["id"])
+
+
+async def sweep(client: AgentClient, engine_id: str, db_store: Any) -> str:
+    """The sweep, generated on the node, recorded into the store; the run's id."""
+    recorder = RunRecorder(db_store)
+    model = await served_model(client, engine_id)
+    events = run_on_node(client, engine_id, SWEEP, WORKLOAD, recorder, model=model, origin="bench")
+    last = None
+    async with contextlib.aclosing(events):
+        async for event in events:
+            last = event
+    assert isinstance(last, RunFinished), f"the sweep on {engine_id} ended with {last}"
+    assert recorder.run_id is not None and recorder.status == "completed", recorder.reason
+    return recorder.run_id
+
+
+async def swap(client: AgentClient, engine_id: str, kind: str, config: dict[str, Any]) -> Swap:
+    began = time.monotonic()
+    engine = await client.swap(engine_id, config, kind=kind)
+    return Swap(engine, time.monotonic() - began)
+
+
+async def watch(client: AgentClient, engine_id: str, into: list[EngineTelemetry]) -> None:
+    async for frame in client.stream():
+        into.extend(e for e in frame.engines if e.id == engine_id)
+
+
+async def run_scenario(agent: AgentProcess, rig: Rig, db: Path) -> Scenario:
+    store = open_store(db)
+    try:
+        async with AgentClient(agent.url, TOKEN) as client:
+            llama = await client.start("llamacpp", llama_config(rig))
+            assert llama.health == "healthy", llama.message
+            llama_run = await sweep(client, llama.id, store)
+
+            to_vllm = await swap(client, llama.id, "vllm", vllm_config(rig))
+            assert to_vllm.engine.health == "healthy", to_vllm.engine.message
+            frames: list[EngineTelemetry] = []
+            watcher = asyncio.create_task(watch(client, llama.id, frames))
+            try:
+                await apoll_until(lambda: frames, "vLLM's first frame", timeout_s=30)
+                vllm_run = await sweep(client, llama.id, store)
+                # the engine's own view once the sweep is over: nothing left running
+                await apoll_until(
+                    lambda: frames[-1] if frames else None,
+                    "a frame with vLLM idle after the sweep",
+                    done=lambda e: e is not None and e.requests_running == 0,
+                    timeout_s=30,
+                )
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+
+            to_llama = await swap(client, llama.id, "llamacpp", llama_config(rig))
+            assert to_llama.engine.health == "healthy", to_llama.engine.message
+            events = await client.recent_events()
+    finally:
+        store.close()
+    return Scenario(
+        node=agent.node,
+        llama_run_id=llama_run,
+        vllm_run_id=vllm_run,
+        db=db,
+        to_vllm=to_vllm,
+        to_llama=to_llama,
+        vllm_frames=tuple(frames),
+        events=tuple(events),
+    )
+
+
+@pytest.fixture(scope="session")
+def scenario(rig: Rig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    workdir = tmp_path_factory.mktemp("rig-scenario")
+    with agent_process(rig, workdir) as agent:
+        try:
+            seen = asyncio.run(run_scenario(agent, rig, workdir / "runs.db"))
+        except Exception:
+            # the agent's side of what went wrong (the engines' log lines are in it)
+            print((workdir / "agent.log").read_text(errors="replace")[-6000:], file=sys.stderr)
+            raise
+        yield seen
