@@ -7,7 +7,8 @@ operator must be able to tell "idle" from "not measured".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +65,19 @@ class EngineSample:
     engine_version: str | None = None
     raw: Mapping[str, float] = field(default_factory=dict)
     """Every numeric series as scraped, keyed by ``name{label="v",...}``."""
+
+
+def gaps_filled(first: EngineSample, then: EngineSample) -> EngineSample:
+    """``first``, each field it left unmeasured (None) taken from ``then``: two pages of
+    one engine that report overlapping fields, the more direct one first."""
+    values: dict[str, Any] = {}
+    for item in fields(EngineSample):
+        if item.name not in ("raw", "kv_cache_usage_is_estimate"):
+            mine = getattr(first, item.name)
+            values[item.name] = getattr(then, item.name) if mine is None else mine
+    kv_from = first if first.kv_cache_usage is not None else then
+    return EngineSample(
+        **values,
+        kv_cache_usage_is_estimate=kv_from.kv_cache_usage_is_estimate,
+        raw={**then.raw, **first.raw},
+    )

@@ -140,12 +140,11 @@ def build_app(sim: SimServer) -> web.Application:
         return app
     r.add_get(spec.health_path, health)
     r.add_get("/version", version)
-    if spec.metrics_path is not None:
-        r.add_get(spec.metrics_path, prom)
-    if spec.json_metrics_path is not None:
-        r.add_get(spec.json_metrics_path, trtllm_json)
-    if spec.slots_path is not None:
-        r.add_get(spec.slots_path, slots)
+    pages = {"prometheus": prom, "json": trtllm_json, "llamacpp_slots": slots}
+    if spec.metrics_path is not None and spec.metrics_format is not None:
+        r.add_get(spec.metrics_path, pages[spec.metrics_format])
+    if spec.second_page_path is not None and spec.second_page_format is not None:
+        r.add_get(spec.second_page_path, pages[spec.second_page_format])
     return app
 
 

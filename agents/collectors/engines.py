@@ -35,13 +35,13 @@ class ScrapeSpec(Protocol):
     def metrics_path(self) -> str | None: ...
 
     @property
-    def slots_path(self) -> str | None: ...
+    def second_page_path(self) -> str | None: ...
 
     def parse_metrics(
         self, payload: str | bytes, *, version: str | None = None
     ) -> EngineSample: ...
 
-    def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample: ...
+    def with_second_page(self, sample: EngineSample, payload: str | bytes) -> EngineSample: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +69,8 @@ class ScrapeError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Scrape:
-    """One scrape's outcome: a sample, an error, or both (a sample from /metrics
-    while llama.cpp's optional /slots was unreadable)."""
+    """One scrape's outcome: a sample, an error, or both (a sample from the metrics
+    page while the engine's second page was unreadable)."""
 
     sample: EngineSample | None = None
     error: str | None = None
@@ -128,20 +128,22 @@ class EngineScraper:
         headers = {}
         if dep.config.get("api_key"):
             headers["Authorization"] = f"Bearer {dep.config['api_key']}"
-        slots: bytes | None = None
-        slots_error: str | None = None
+        second: bytes | None = None
+        second_error: str | None = None
         try:
             metrics = await self._fetch(url, metrics_path, headers)
-            if spec.slots_path:
+            if spec.second_page_path:
                 try:
-                    slots = await self._fetch(url, spec.slots_path, headers)
-                except ScrapeError as exc:  # an HTTP error: a server without --slots
-                    slots_error = None if exc.status else str(exc)
+                    second = await self._fetch(url, spec.second_page_path, headers)
+                except ScrapeError as exc:
+                    # An HTTP error: an engine started without that page (llama.cpp
+                    # without --slots, TensorRT-LLM before 1.1), no fault of this scrape.
+                    second_error = None if exc.status else str(exc)
         except ScrapeError as exc:
             log.debug("scrape %s: %s", dep.id, exc)
             return Scrape(error=str(exc))
-        scrape = await asyncio.to_thread(_parse, dep.id, spec, metrics, slots, dep.engine_version)
-        return scrape if slots_error is None else replace(scrape, error=slots_error)
+        scrape = await asyncio.to_thread(_parse, dep.id, spec, metrics, second, dep.engine_version)
+        return scrape if second_error is None else replace(scrape, error=second_error)
 
     def telemetry(self, dep: Deployment, scrape: Scrape) -> EngineTelemetry:
         sample = scrape.sample
@@ -199,20 +201,21 @@ class EngineScraper:
 
 
 def _parse(
-    dep_id: str, spec: ScrapeSpec, metrics: bytes, slots: bytes | None, version: str | None
+    dep_id: str, spec: ScrapeSpec, metrics: bytes, second: bytes | None, version: str | None
 ) -> Scrape:
     """Runs in a worker thread.  Anything a parser raises is this engine's error: a
     MetricsParseError says what the payload got wrong, anything else is a parser bug
-    met by odd data (logged with its traceback).  Without /slots, /metrics still counts.
-    ``version``: the running engine's, whose series names the parser reads."""
+    met by odd data (logged with its traceback).  Without the second page, the metrics
+    page still counts.  ``version``: the running engine's, whose series names the
+    parser reads."""
     try:
         sample = spec.parse_metrics(metrics, version=version)
     except Exception as exc:
         return Scrape(error=_parse_failure(dep_id, exc))
-    if slots is None:
+    if second is None:
         return Scrape(sample)
     try:
-        return Scrape(spec.with_slots(sample, slots))
+        return Scrape(spec.with_second_page(sample, second))
     except Exception as exc:
         return Scrape(sample, _parse_failure(dep_id, exc))
 

@@ -32,13 +32,14 @@ class LlamacppSpec(EngineSpec):
     refuses_while_loading = False
     loading_status = 503
     closes_after_stream = True
-    slots_path = "/slots"
+    second_page_path = "/slots"
+    second_page_format = "llamacpp_slots"
     kv_capacity_path = "/props"
     tp_engine = False
     # -c KV cells for all -np slots together (each slot gets c/np), allocated up front
     memory = MemoryRule(None, overhead_mib=256, concurrency="slots (-np)")
     # The KV gauges exist only in builds before May 2025 (PR #13660); newer builds
-    # need the /slots estimate (with_slots).
+    # need the /slots estimate (with_second_page).
     metric_names = PromDialect(
         kv_usage=("llamacpp:kv_cache_usage_ratio",),
         running=("llamacpp:requests_processing",),
@@ -85,7 +86,7 @@ class LlamacppSpec(EngineSpec):
     def kv_capacity(self, payload: str | bytes) -> int | None:
         return llamacpp_capacity(payload)
 
-    def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
+    def with_second_page(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
         return merge_llamacpp(sample, parse_llamacpp_slots(payload))
 
     def slots(self, cfg: LaunchConfig) -> int:

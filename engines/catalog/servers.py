@@ -15,6 +15,7 @@ from engines.catalog.spec import EngineSpec
 from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
 from engines.dialects import PromDialect, version_tuple
 from engines.kv_capacity import sglang_capacity, tgi_capacity, vllm_capacity
+from engines.sample import EngineSample, gaps_filled
 
 
 def opt(flag: str, value: object | None) -> list[str]:
@@ -316,6 +317,23 @@ class TgiSpec(EngineSpec):
         return max(TGI_MIN_IN_FLIGHT, 2 * (cfg.max_num_seqs or 0))
 
 
+TRTLLM_OPTIONS_FILE = "/etc/infer-top/llm-api-options.yml"
+"""Where compose/trtllm.yml mounts the options file (its ``configs`` block)."""
+TRTLLM_PROMETHEUS_SINCE = (1, 1)
+"""The first release with ``return_perf_metrics`` and /prometheus/metrics (PR #5785,
+merged to main in August 2025 after release/1.0 was cut).  The LLM API's arguments
+forbid unknown keys (llmapi/llm_args.py BaseLlmArgs, ``extra="forbid"``), so an older
+release given it would refuse to start: it gets the iteration stats alone."""
+
+
+def _tag_version(image: str | None) -> str | None:
+    """The tag of ``repo:tag`` (an operator's image names its release there, mostly)."""
+    if image is None or "@" in image:
+        return None
+    _, sep, tag = image.rpartition(":")
+    return tag if sep and "/" not in tag else None
+
+
 def _trtllm_both(name: str) -> tuple[str, str]:
     # 1.1-era collector had no prefix; 2026 builds prefix everything "trtllm_".
     return (f"trtllm_{name}", name)
@@ -331,10 +349,15 @@ class TrtllmSpec(EngineSpec):
     container_port = 8000
     start_timeout_s = 1815.0
     entrypoint = ("trtllm-serve",)
-    # /metrics is per-iteration JSON; the Prometheus registry is mounted at
-    # /prometheus/metrics.  parse_metrics reads both (it sniffs the payload).
-    metrics_path = "/prometheus/metrics"
-    json_metrics_path = "/metrics"
+    # serve/openai_server.py: /metrics is always routed and answers the iteration stats
+    # queue as JSON (empty without enable_iter_perf_stats, and in releases whose own
+    # background task drains that queue into Prometheus); /prometheus/metrics is mounted
+    # only with return_perf_metrics (404 otherwise).  Both come from the options file
+    # (llm_api_options); the Prometheus page's values win, the JSON fills its gaps.
+    metrics_path = "/metrics"
+    metrics_format = "json"
+    second_page_path = "/prometheus/metrics"
+    second_page_format = "prometheus"
     checks_model_name = True
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
@@ -366,11 +389,44 @@ class TrtllmSpec(EngineSpec):
         }
     )
 
+    def with_second_page(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
+        names = self.metric_names_for(sample.engine_version)
+        assert names is not None  # declared above
+        prom = names.parse(payload, engine=self.kind, version=sample.engine_version)
+        return gaps_filled(prom, sample)
+
+    def llm_api_options(self, image: str | None, platform: str) -> str:
+        """The options file (YAML) that turns on the telemetry of the version ``image``
+        runs: the iteration stats always, Prometheus where that version has it."""
+        options = ["enable_iter_perf_stats: true"]
+        version = version_tuple(self.pinned_version(image, platform) or _tag_version(image))
+        if version is not None and version >= TRTLLM_PROMETHEUS_SINCE:
+            options.append("return_perf_metrics: true")
+        # One line (YAML flow style): the Compose env file carries it as one value.
+        return "{" + ", ".join(options) + "}"
+
+    def native_command(self, cfg: LaunchConfig) -> tuple[list[str], dict[str, str]]:
+        if cfg.metrics:
+            raise UnsupportedOption(
+                f"{self.display_name} reads its telemetry switches from an options file "
+                "that only its Compose file mounts: run it under Compose, or bare with "
+                "metrics off"
+            )
+        return super().native_command(cfg)
+
+    def _compose_extra_env(self, cfg: LaunchConfig, platform: str) -> dict[str, str]:
+        return {
+            **super()._compose_extra_env(cfg, platform),
+            "LLM_API_OPTIONS": self.llm_api_options(cfg.image, platform),
+        }
+
     def _flags(self, cfg: LaunchConfig, port: int) -> list[str]:
         # quantization comes from the checkpoint; trtllm-serve has no key option
         self.unsupported(cfg, "quantization", "api_key")
+        options = ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE] if cfg.metrics else []
         return [
             cfg.model,
+            *options,
             "--backend", "pytorch",
             "--host", "0.0.0.0",
             "--port", str(port),

@@ -25,6 +25,7 @@ from engines.catalog.types import (
     LaunchConfig,
     MemoryRule,
     MetricsFormat,
+    SecondPageFormat,
     UnsupportedOption,
 )
 from engines.dialects import (
@@ -107,10 +108,14 @@ class EngineSpec:
     metrics_format: MetricsFormat | None = "prometheus"
     metric_names: PromDialect | None = None
     """Which Prometheus series hold each sample field (the first present name wins)."""
-    json_metrics_path: str | None = None
-    """A second, JSON telemetry endpoint (TensorRT-LLM's iteration stats)."""
-    slots_path: str | None = None
-    """Per-slot state (llama.cpp's ``/slots``) that completes the metrics page's sample."""
+    second_page_path: str | None = None
+    """A second page that completes the ``metrics_path`` sample (``with_second_page``):
+    llama.cpp's per-slot ``/slots``, TensorRT-LLM's Prometheus text.  Fetched on every
+    scrape after the metrics page; an HTTP error answer means the engine was started
+    without it (llama.cpp without ``--slots``, TensorRT-LLM without perf metrics), which
+    is no fault: the metrics page still counts."""
+    second_page_format: SecondPageFormat | None = None
+    """What ``second_page_path`` serves (the simulator serves the same)."""
     usage_in_stream: bool = True
     """Sends ``usage`` in the last chunk when asked (``stream_options.include_usage``)."""
     exact_length_style: tuple[str, ...] | None = ("max_tokens", "ignore_eos")
@@ -334,8 +339,6 @@ class EngineSpec:
         """Payload of ``metrics_path`` → EngineSample; MetricsParseError on garbage.
         ``version``: the running engine's (None: unknown, every known name is tried)."""
         fmt = self.metrics_format
-        if self.json_metrics_path and _looks_like_json(payload):
-            fmt = "json"
         try:
             names = self.metric_names_for(version)
             if fmt == "prometheus" and names is not None:
@@ -350,9 +353,10 @@ class EngineSpec:
             raise MetricsParseError(f"{self.kind} metrics: {exc!r}") from exc
         raise MetricsParseError(f"{self.display_name} exports no metrics endpoint")
 
-    def with_slots(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
-        """``sample`` completed by a page of ``slots_path``; MetricsParseError on garbage."""
-        raise MetricsParseError(f"{self.display_name} has no slots page")
+    def with_second_page(self, sample: EngineSample, payload: str | bytes) -> EngineSample:
+        """``sample`` completed by a page of ``second_page_path``; MetricsParseError on
+        garbage.  The page is read as ``sample.engine_version`` spells it."""
+        raise MetricsParseError(f"{self.display_name} has no second metrics page")
 
     def kv_capacity(self, payload: str | bytes) -> int | None:
         """KV capacity in tokens as the page at ``kv_capacity_path`` states it."""
@@ -373,11 +377,6 @@ class EngineSpec:
 
     def __repr__(self) -> str:
         return f"<EngineSpec {self.kind}>"
-
-
-def _looks_like_json(payload: str | bytes) -> bool:
-    head = payload[:256].lstrip()
-    return head[:1] in ("[", "{") if isinstance(head, str) else head[:1] in (b"[", b"{")
 
 
 def _status_word(body: bytes | None) -> str | None:

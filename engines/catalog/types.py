@@ -20,6 +20,7 @@ class Health(StrEnum):
 Platform = Literal["nvidia", "jetson", "cpu"]
 PLATFORMS: tuple[str, ...] = ("nvidia", "jetson", "cpu")
 MetricsFormat = Literal["prometheus", "json", "ollama_ps"]
+SecondPageFormat = Literal["prometheus", "llamacpp_slots"]
 
 
 class UnsupportedOption(ValueError):

@@ -327,3 +327,41 @@ def test_jetson_cache_is_mounted_where_the_image_keeps_it(kind: str, tmp_path: P
     assert (volume["type"], volume["target"]) == ("volume", mount_at)
     assert service["environment"][variable] == cache_dir
     assert cache_dir.startswith(mount_at)
+
+
+# The options file trtllm-serve must be given for its telemetry (serve/openai_server.py:
+# iteration stats with enable_iter_perf_stats, /prometheus/metrics with
+# return_perf_metrics), per the release the image runs: the LLM API refuses unknown keys.
+TRTLLM_OPTIONS = [
+    (None, "{enable_iter_perf_stats: true}"),  # the catalog's 1.0.0
+    ("nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc5",
+     "{enable_iter_perf_stats: true, return_perf_metrics: true}"),
+    ("registry.local:5000/my-trtllm", "{enable_iter_perf_stats: true}"),  # version unknown
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("image", "options"), TRTLLM_OPTIONS)
+def test_trtllm_gets_the_options_file_that_turns_its_telemetry_on(
+    image: str | None, options: str, tmp_path: Path
+) -> None:
+    spec = get_spec("trtllm")
+    cfg = replace(cfg_for(spec), image=image)
+    env = spec.compose_env(cfg, deployment_id="dep-42", node="n1", platform="nvidia")
+    project = config(spec.compose_name("nvidia"), env_file_text(env), tmp_path)
+    (service,) = project["services"].values()
+    (mount,) = service["configs"]
+    assert project["configs"][mount["source"]]["content"] == options
+    flag = service["command"].index("--extra_llm_api_options")
+    assert service["command"][flag + 1] == mount["target"]
+    off = spec.compose_env(replace(cfg, metrics=False), deployment_id="d", node="n1",
+                           platform="nvidia")  # fmt: skip
+    assert "--extra_llm_api_options" not in off["ENGINE_ARGS"]
+
+
+def test_trtllm_by_hand_gets_the_options_file_too(tmp_path: Path) -> None:
+    project = config("trtllm", 'MODEL="org/model"\n', tmp_path)
+    (service,) = project["services"].values()
+    (mount,) = service["configs"]
+    assert project["configs"][mount["source"]]["content"] == TRTLLM_OPTIONS[0][1]
+    flag = service["command"].index("--extra_llm_api_options")
+    assert service["command"][flag + 1] == mount["target"]

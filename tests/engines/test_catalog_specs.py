@@ -76,7 +76,8 @@ def test_trtllm_flags_use_underscores_and_positional_model() -> None:
         gpu_mem_fraction=0.9, max_num_seqs=128,
     )  # fmt: skip
     assert get_spec("trtllm").command_args(cfg) == [
-        "/models/llama", "--backend", "pytorch", "--host", "0.0.0.0", "--port", "8000",
+        "/models/llama", "--extra_llm_api_options", "/etc/infer-top/llm-api-options.yml",
+        "--backend", "pytorch", "--host", "0.0.0.0", "--port", "8000",
         "--tp_size", "4", "--pp_size", "2", "--max_seq_len", "4096",
         "--kv_cache_free_gpu_memory_fraction", "0.9", "--max_batch_size", "128",
     ]  # fmt: skip
@@ -204,10 +205,14 @@ def test_exact_length_fields_where_the_engine_can_force_it() -> None:
 
 
 def test_metrics_endpoints_per_engine() -> None:
-    assert get_spec("trtllm").metrics_path == "/prometheus/metrics"
+    trtllm = get_spec("trtllm")
+    assert (trtllm.metrics_path, trtllm.metrics_format) == ("/metrics", "json")
+    assert (trtllm.second_page_path, trtllm.second_page_format) == (
+        "/prometheus/metrics", "prometheus",
+    )  # fmt: skip
     assert get_spec("ollama").metrics_path == "/api/ps"
     assert get_spec("ollama").metrics_format == "ollama_ps"
-    assert {s.metrics_format for s in all_specs()} == {"prometheus", "ollama_ps"}
+    assert {s.metrics_format for s in all_specs()} == {"prometheus", "ollama_ps", "json"}
 
 
 def test_kv_capacity_from_real_llama_server_log(fixtures_dir: Path) -> None:
@@ -246,7 +251,9 @@ def test_per_engine_facts_agree_with_each_other() -> None:
         assert set(spec.exact_length_style or ()) - {"max_tokens"} <= spec.length_fields
         # a port that opens only once loaded: a refused connection then means "loading"
         assert spec.loading_status is not None or spec.refuses_while_loading, spec.kind
-        assert (spec.slots_path is not None) is (spec.kind == "llamacpp")
-        assert (spec.metric_names is None) is (spec.metrics_format != "prometheus"), spec.kind
+        assert (spec.second_page_path is not None) is (spec.kind in ("llamacpp", "trtllm"))
+        assert (spec.second_page_path is None) is (spec.second_page_format is None)
+        reads_prometheus = "prometheus" in (spec.metrics_format, spec.second_page_format)
+        assert (spec.metric_names is None) is not reads_prometheus, spec.kind
     assert get_spec("llamacpp").closes_after_stream
     assert [s.kind for s in all_specs() if s.memory.fraction is None] == ["llamacpp", "ollama"]

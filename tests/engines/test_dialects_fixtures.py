@@ -170,7 +170,7 @@ def test_trtllm_empty_iteration_list_is_nothing_measured() -> None:
     assert s == EngineSample(engine="trtllm")
 
 
-def test_trtllm_prometheus_endpoint() -> None:
+def test_trtllm_prometheus_page_wins_and_the_iteration_stats_fill_its_gaps() -> None:
     text = """\
 # TYPE trtllm_kv_cache_utilization gauge
 trtllm_kv_cache_utilization{model_name="m",engine_type="trtllm"} 0.6
@@ -181,10 +181,12 @@ time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 3
 time_to_first_token_seconds_count{model_name="m"} 3
 time_to_first_token_seconds_sum{model_name="m"} 0.3
 """
-    s = get_spec("trtllm").parse_metrics(text)
-    assert (s.kv_cache_usage, s.requests_running) == (0.6, 5.0)
+    spec = get_spec("trtllm")
+    s = spec.with_second_page(spec.parse_metrics(json.dumps(TRTLLM_ITERATION)), text)
+    assert (s.kv_cache_usage, s.requests_running) == (0.6, 5.0)  # the Prometheus gauges
     assert s.ttft is not None and (s.ttft.count, s.ttft.sum_s) == (3.0, 0.3)
-    assert s.requests_waiting is None
+    assert s.requests_waiting == 2.0  # only the iteration stats say it
+    assert s.raw["inflightBatchingStats.numGenRequests"] == 7.0
 
 
 def _json_blocks(path: Path) -> list[str]:

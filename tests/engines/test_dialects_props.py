@@ -41,6 +41,7 @@ SETTINGS = settings(
 )
 
 spec_st = st.sampled_from(all_specs())
+JSON_FORMATS = ("ollama_ps", "json")
 version_st = st.one_of(st.none(), st.text(max_size=12), st.from_regex(r"v?\d{1,3}\.\d{1,3}.*"))
 
 
@@ -104,9 +105,10 @@ def test_truncated_prometheus_keeps_every_complete_line(
 ) -> None:
     """A scrape cut short: each complete sample line still reads its full value,
     a cut line adds at most one series or is refused, and no line at all is "no
-    samples" (not zeros).  Ollama reads JSON: Prometheus text is never JSON."""
+    samples" (not zeros).  Ollama's and TensorRT-LLM's metrics pages are JSON:
+    Prometheus text is never JSON."""
     text = REAL[which][:cut]
-    if spec.metrics_format == "ollama_ps":
+    if spec.metrics_format in JSON_FORMATS:
         with pytest.raises(MetricsParseError, match="not JSON"):
             spec.parse_metrics(text)
         return
@@ -139,8 +141,7 @@ def test_truncated_json_is_refused_as_not_json(spec: EngineSpec, cut: int) -> No
     """The /slots JSON cut anywhere before its end is invalid by construction.
     Engines that read Prometheus text refuse it as such; empty is "no samples"."""
     text = REAL["slots"][:cut]
-    reads_json = spec.metrics_format == "ollama_ps" or (spec.json_metrics_path and text)
-    if reads_json:
+    if spec.metrics_format in JSON_FORMATS:
         error = "not JSON"
     else:
         error = "not Prometheus text" if text else "no samples"
