@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import logging
 import re
 import ssl
@@ -196,6 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ssl.SSLError) as exc:
             print(f"infer-agent: cannot load TLS certificate/key: {exc}", file=sys.stderr)
             return 2
+        pin = certificate_fingerprint(config.tls_cert.read_text())
+        # the operator pins this in the control plane's config (or checks it against a CA's)
+        print(
+            f'infer-agent: TLS certificate {pin} (pin it: fingerprint = "{pin}")',
+            file=sys.stderr,
+            flush=True,
+        )
     if config.host not in ("127.0.0.1", "::1", "localhost") and ssl_context is None:
         logging.warning(
             "listening on %s without TLS: the token crosses the network in clear", config.host
@@ -210,6 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop=_event_loop(),
     )
     return 0
+
+
+def certificate_fingerprint(pem: str) -> str:
+    """``sha256:`` and the hex SHA-256 of the first certificate in ``pem`` (its DER bytes:
+    what a TLS client sees, and what ``openssl x509 -fingerprint -sha256`` hashes)."""
+    first = pem[pem.index(ssl.PEM_HEADER) : pem.index(ssl.PEM_FOOTER) + len(ssl.PEM_FOOTER)]
+    return "sha256:" + hashlib.sha256(ssl.PEM_cert_to_DER_cert(first)).hexdigest()
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:

@@ -54,7 +54,7 @@ class AgentClient:
         token: str,
         session: aiohttp.ClientSession | None = None,
         *,
-        ssl_context: ssl.SSLContext | bool = True,
+        ssl_context: ssl.SSLContext | aiohttp.Fingerprint | bool = True,
         timeout_s: float = 30.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -108,7 +108,7 @@ class AgentClient:
                     raise AgentError(resp.status, str(message or text or resp.reason))
                 return data
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
-            raise AgentError(0, f"agent at {self.base_url} unreachable: {exc!r}") from exc
+            raise unreachable(self.base_url, exc) from exc
 
     # -- queries ----------------------------------------------------------------
     async def node_info(self) -> NodeInfo:
@@ -354,6 +354,8 @@ class AgentClient:
                     last = seq
                     yield data
             except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+                if _refused_certificate(exc):
+                    raise unreachable(self.base_url, exc) from exc  # dialling again won't help
                 if not reconnect:
                     raise AgentError(0, f"stream from {self.base_url} broke: {exc!r}") from exc
                 log.info("stream %s from %s broke (%r); reconnecting", path, self.base_url, exc)
@@ -380,6 +382,34 @@ class AgentClient:
                 yield event_from_dict(data)
         except ProtocolError as exc:
             raise AgentError(0, str(exc)) from exc
+
+
+def _refused_certificate(exc: BaseException) -> bool:
+    return isinstance(
+        exc, aiohttp.ServerFingerprintMismatch | aiohttp.ClientConnectorCertificateError
+    )
+
+
+def unreachable(base_url: str, exc: BaseException) -> AgentError:
+    """Why the agent could not be asked; a TLS certificate this client refuses says which
+    fingerprints met, or how to trust the certificate's CA."""
+    if isinstance(exc, aiohttp.ServerFingerprintMismatch):
+        return AgentError(
+            0,
+            f"agent at {base_url} presented a TLS certificate with fingerprint "
+            f"sha256:{exc.got.hex()}, but the node's config pins sha256:{exc.expected.hex()}: "
+            "refused. If the agent's certificate was replaced on purpose, pin the fingerprint "
+            "infer-agent printed at start-up",
+        )
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return AgentError(
+            0,
+            f"agent at {base_url}: its TLS certificate is not trusted "
+            f'({exc.certificate_error}): name the CA that signed it with ca = "/path/ca.pem" '
+            'in the node\'s config, or pin the certificate with fingerprint = "sha256:..." '
+            "(infer-agent prints it at start-up)",
+        )
+    return AgentError(0, f"agent at {base_url} unreachable: {exc!r}")
 
 
 def _load_body(

@@ -28,7 +28,9 @@ from control.config import ConfigError
 from control.distributed import bench_distributed, split_spec
 from control.loads import probe_engine
 from control.noderuns import NodeRunEnded, bench_on_node
-from control.reach import Placement, agent_target
+from control.reach import Placement, agent_target, find_node
+from control.ssh_tunnel import TunnelError
+from control.transport import held
 from loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
 from loadgen.profiles import (
     Arrival,
@@ -238,14 +240,28 @@ def run(args: argparse.Namespace) -> int:
     if args.via_proxy and args.load_nodes:
         err.print("[red]error:[/] --load-nodes generates the load on those nodes: no --via-proxy")
         return 2
-    if args.node is not None:
-        try:
-            target, placement = run_in_new_loop(
-                agent_target(args.config, args.node, args.engine_id, target)
-            )
-        except (ConfigError, AgentError, OSError, aiohttp.ClientError) as exc:
-            err.print(f"[red]error:[/] {exc}")
-            return 2
+    if args.node is None:
+        return _run(args, spec, workload, target, placement, err)
+    try:
+        node = find_node(args.config, args.node)
+        # the node's link (an ssh tunnel) stays up for the whole run: the load goes over it
+        with held(node) as link:
+            target, placement = run_in_new_loop(agent_target(node, link, args.engine_id, target))
+            return _run(args, spec, workload, target, placement, err)
+    except (ConfigError, TunnelError, AgentError, OSError, aiohttp.ClientError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+
+
+def _run(
+    args: argparse.Namespace,
+    spec: LoadSpec,
+    workload: Workload,
+    target: Target,
+    placement: Placement,
+    err: Console,
+) -> int:
+    """The run itself, its engine found (``run``)."""
     try:
         PromptSource(workload)  # an unreadable dataset is bad input, found before any request
     except WorkloadError as exc:

@@ -7,6 +7,14 @@ another file; ``INFER_TOP_DB`` another database)::
     name = "h100-a"
     url = "https://10.0.0.5:7070"
     token_file = "~/.config/infer-top/h100-a.token"
+    fingerprint = "sha256:..."      # or ca = "lab-ca.pem": the agent's TLS certificate
+
+    [[nodes]]
+    name = "jetson"
+    transport = "ssh"              # through the system ssh client (control.ssh_tunnel)
+    ssh = "jetson"                 # a destination: user@host or a ~/.ssh/config alias
+    url = "http://127.0.0.1:7070"  # the agent as the node sees it (this is the default)
+    token_file = "jetson.token"
 
 With no file (or no ``[[nodes]]``) the TUI starts an embedded agent on this
 machine, so the first run shows something real.
@@ -15,10 +23,12 @@ machine, so the first run shows something real.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlparse
 
 from store import default_db_path
@@ -36,11 +46,26 @@ def config_path() -> Path:
     return Path(base) / "infer-top" / "config.toml"
 
 
+Transport = Literal["http", "ssh"]
+SSH_DEFAULT_URL = "http://127.0.0.1:7070"
+FINGERPRINT = re.compile(r"sha256:((?:[0-9a-f]{2}:?){31}[0-9a-f]{2})", re.IGNORECASE)
+
+
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
     name: str
     url: str
+    """The agent's URL; with the ssh transport, as the node itself sees it (its loopback)."""
     token_file: Path | None = None
+    transport: Transport = "http"
+    ssh: str | None = None
+    """The ssh destination (``user@host`` or a ``~/.ssh/config`` alias)."""
+    ssh_config: Path | None = None
+    """An ssh_config file for this node (``ssh -F``); else ssh reads the user's own."""
+    ca: Path | None = None
+    """The CA file that signed the agent's TLS certificate (instead of the system's)."""
+    fingerprint: str | None = None
+    """The agent's TLS certificate pinned: ``sha256:`` and 64 lower-case hex digits."""
 
     def read_token(self) -> str:
         """The node's bearer token; refuses a token file others can read (like ssh)."""
@@ -77,24 +102,72 @@ class Config:
         return not self.nodes
 
 
+def _path(raw: dict[str, object], key: str, name: str, base: Path) -> Path | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"node {name!r}: {key!r} must be a path string")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _fingerprint(raw: object, name: str) -> str | None:
+    if raw is None:
+        return None
+    match = FINGERPRINT.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if match is None:
+        raise ConfigError(
+            f"node {name!r}: 'fingerprint' must be sha256: and 64 hex digits (colons allowed), "
+            f"as infer-agent prints it at start-up; got {raw!r}"
+        )
+    return "sha256:" + match.group(1).replace(":", "").lower()
+
+
+def _ssh(raw: dict[str, object], name: str) -> tuple[Transport, str | None]:
+    transport, destination = raw.get("transport", "http"), raw.get("ssh")
+    if transport not in ("http", "ssh"):
+        raise ConfigError(
+            f'node {name!r}: \'transport\' must be "http" or "ssh", not {transport!r}'
+        )
+    if transport == "http":
+        if destination is not None:
+            raise ConfigError(f"node {name!r}: 'ssh' is set but 'transport' is not \"ssh\"")
+        return "http", None
+    if not isinstance(destination, str) or not destination.strip():
+        raise ConfigError(f"node {name!r}: transport \"ssh\" needs 'ssh' = a destination or alias")
+    if destination.startswith("-") or any(c.isspace() for c in destination.strip()):
+        raise ConfigError(f"node {name!r}: 'ssh' {destination!r} is not an ssh destination")
+    return "ssh", destination.strip()
+
+
 def _node(raw: object, index: int, base: Path) -> NodeConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"[[nodes]] entry {index + 1} is not a table")
-    name, url, token = raw.get("name"), raw.get("url"), raw.get("token_file")
+    name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"[[nodes]] entry {index + 1}: 'name' must be a non-empty string")
+    transport, destination = _ssh(raw, name)
+    url = raw.get("url", SSH_DEFAULT_URL if transport == "ssh" else None)
     if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
         raise ConfigError(f"node {name!r}: 'url' must be an http:// or https:// URL, got {url!r}")
     if not urlparse(url).hostname:
         raise ConfigError(f"node {name!r}: 'url' {url!r} has no host")
-    token_path: Path | None = None
-    if token is not None:
-        if not isinstance(token, str):
-            raise ConfigError(f"node {name!r}: 'token_file' must be a path string")
-        token_path = Path(token).expanduser()
-        if not token_path.is_absolute():
-            token_path = base / token_path
-    return NodeConfig(name=name.strip(), url=url.rstrip("/"), token_file=token_path)
+    if transport == "ssh" and urlparse(url).port is None:
+        raise ConfigError(f"node {name!r}: 'url' {url!r} needs the agent's port (ssh forwards it)")
+    fingerprint, ca = _fingerprint(raw.get("fingerprint"), name), _path(raw, "ca", name, base)
+    if fingerprint and ca:
+        raise ConfigError(f"node {name!r}: set 'ca' or 'fingerprint', not both")
+    return NodeConfig(
+        name=name.strip(),
+        url=url.rstrip("/"),
+        token_file=_path(raw, "token_file", name, base),
+        transport=transport,
+        ssh=destination,
+        ssh_config=_path(raw, "ssh_config", name, base),
+        ca=ca,
+        fingerprint=fingerprint,
+    )
 
 
 def parse_config(text: str, *, source: Path | None = None) -> Config:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from agents.client import AgentClient, AgentError
 from agents.protocol import engine_facts
+from control.config import ConfigError
 from control.merge import Merger, ShareSink
 from control.noderuns import NodeRunEnded, follow_node_run, stop_node_run
 from control.reach import find_node
@@ -283,6 +284,12 @@ async def bench_distributed(
 
     def ref(node_name: str) -> AgentRef:
         node = find_node(config_file, node_name)
+        if node.transport == "ssh":
+            # the nodes' agents call each other by URL; this one is reached through ssh only
+            raise ConfigError(
+                f"node {node.name!r} is reached over ssh: a distributed run needs nodes whose "
+                "agents reach each other by URL; run it from one node (leave out --load-nodes)"
+            )
         return AgentRef(node.name, node.url, node.read_token())
 
     class Emit:

@@ -30,6 +30,7 @@ from control.engine_output import (
 )
 from control.nodes import LaunchFields
 from control.reach import find_node
+from control.transport import connected
 from runs.units import duration_arg
 
 EPILOG = """\
@@ -213,7 +214,7 @@ def _run(args: argparse.Namespace, action: str, command: Command) -> int:
         nonlocal node_name
         node = pick_node(args.config, args.node)
         node_name = node.name
-        async with AgentClient(node.url, node.read_token()) as client:
+        async with connected(node) as client:
             return await command(client, node)
 
     try:

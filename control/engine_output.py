@@ -19,6 +19,7 @@ from agents.client import AgentError
 from agents.protocol import EngineInfo, to_dict
 from control.config import ConfigError
 from control.engine_ops import EngineFailed
+from control.ssh_tunnel import TunnelError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -118,6 +119,8 @@ def failure_of(exc: BaseException, node: str, action: str) -> CommandFailure | N
         return CommandFailure(f"{action}_failed", text, EXIT_FAILED, details)
     if isinstance(exc, AgentError):
         return _agent_failure(exc, node, action)
+    if isinstance(exc, TunnelError):
+        return CommandFailure("unreachable", f"node {node}: {exc}", EXIT_UNREACHABLE)
     return None
 
 

@@ -187,7 +187,10 @@ async def resolve_target(handle: NodeHandle | None, request: LoadRequest) -> Loa
     engine's own ``/v1/models`` (engines refuse a name they do not serve); simulated when
     the agent or the engine's answer says so."""
     if handle is not None:
-        route = engine_route(handle.url, handle.token, request.engine_id, request.url)
+        tunnelled = handle.tunnel is not None
+        route = engine_route(
+            handle.url, handle.token, request.engine_id, request.url, tunnelled=tunnelled
+        )
         request = replace(
             request,
             url=route.url,

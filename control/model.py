@@ -55,6 +55,9 @@ class NodeState:
     """Local clock when the newest frame arrived (not the node's own clock)."""
     retry_in_s: float | None = None
     failures: int = 0
+    link: str | None = None
+    """The state of the ssh tunnel the node is reached through, in words (None: no tunnel)."""
+    link_up: bool = False
     gpu_history: dict[int, GpuHistory] = field(default_factory=dict)
     engine_tok_s: dict[str, deque[float | None]] = field(default_factory=dict)
 
@@ -103,6 +106,11 @@ class FleetModel:
         node.error = message
         node.retry_in_s = retry_in_s
         node.failures += 1
+        self.version += 1
+
+    def set_link(self, name: str, text: str, up: bool) -> None:
+        node = self.add_node(name)
+        node.link, node.link_up = text, up
         self.version += 1
 
     def engines(self) -> list[tuple[str, EngineTelemetry]]:

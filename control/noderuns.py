@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from agents.client import AgentClient, AgentError
 from control.reach import find_node
+from control.transport import connected
 from loadgen.setup import plain
 from runs.events import (
     END_EVENTS,
@@ -186,7 +187,7 @@ async def bench_on_node(
     every event to ``emit``; its result, or NodeRunEnded when it had none."""
     node = find_node(config_file, node_name)
     last: ProgressEvent | None = None
-    async with AgentClient(node.url, node.read_token()) as client:
+    async with connected(node) as client:
         events = run_on_node(
             client, engine_id, spec, workload, _Emit(emit),
             model=model, chat=chat, origin="bench", name=name,

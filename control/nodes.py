@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agents.protocol import EngineInfo, NodeInfo
+from control.ssh_tunnel import SshTunnel
 from telemetry import TelemetryFrame
 
 LaunchFields = dict[str, object]
@@ -63,3 +64,6 @@ class NodeHandle:
     """Why there is no client (a config error the Fleet screen shows in words)."""
     token: str | None = field(default=None, repr=False)
     """The agent's bearer token: the API key of its engine proxy (``control.loads``)."""
+    tunnel: SshTunnel | None = None
+    """The ssh tunnel ``url`` goes through (``control.transport``): its state is shown per
+    node, and the agent's 127.0.0.1 URL is the node's, not this machine's."""

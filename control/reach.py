@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
-from agents.client import AgentClient
 from agents.protocol import engine_facts
 from control.config import ConfigError, NodeConfig, load_config
+from control.transport import AgentLink
 from loadgen.quirks import known_kinds
 from loadgen.runner import Target
 from runs.setup import RunPath
@@ -42,12 +42,18 @@ def _is_loopback(url: str) -> bool:
 
 
 def engine_route(
-    agent_url: str, agent_token: str | None, engine_id: str, engine_url: str
+    agent_url: str,
+    agent_token: str | None,
+    engine_id: str,
+    engine_url: str,
+    *,
+    tunnelled: bool = False,
 ) -> EngineRoute:
     """An engine binds its node's loopback: from another machine it is reached through its
     agent's proxy route with the agent's token; only an agent on this machine's loopback
-    (the embedded one) means the engine's own URL is reachable from here."""
-    if _is_loopback(agent_url):
+    (the embedded one) means the engine's own URL is reachable from here. An ssh tunnel's
+    ``agent_url`` is on this machine's loopback too, but the agent (and engine) are not."""
+    if _is_loopback(agent_url) and not tunnelled:
         return EngineRoute(engine_url, None, "direct")
     proxy = f"{agent_url.rstrip('/')}/v1/engines/{engine_id}/proxy/v1"
     return EngineRoute(proxy, agent_token, "proxied")
@@ -78,20 +84,20 @@ def find_node(config_file: Path | None, node_name: str) -> NodeConfig:
 
 
 async def agent_target(
-    config_file: Path | None, node_name: str, engine_id: str, target: Target
+    node: NodeConfig, link: AgentLink, engine_id: str, target: Target
 ) -> tuple[Target, Placement]:
     """An engine named by its node (in the config file) and deployment id: ``target`` aimed
-    at it the way ``engine_route`` says, with the model (unless ``target`` names one) and
-    kind its agent's record gives, and where it runs. ConfigError when there is no such
-    node or engine."""
+    at it over the node's ``link`` the way ``engine_route`` says, with the model (unless
+    ``target`` names one) and kind its agent's record gives, and where it runs. ConfigError
+    when there is no such engine."""
 
-    node = find_node(config_file, node_name)
     token = node.read_token()
-    async with AgentClient(node.url, token) as client:
+    async with link.client(token) as client:
         info = next((e for e in await client.engines() if e.id == engine_id), None)
     if info is None or info.url is None:
-        raise ConfigError(f"node {node_name!r} runs no engine {engine_id!r} with an address")
-    route = engine_route(node.url, token, info.id, info.url)
+        raise ConfigError(f"node {node.name!r} runs no engine {engine_id!r} with an address")
+    tunnelled = link.tunnel is not None
+    route = engine_route(link.url, token, info.id, info.url, tunnelled=tunnelled)
     model = target.model or str(info.config.get("model") or "")
     kind = target.engine_kind
     if kind == "openai" and info.kind in known_kinds():

@@ -16,22 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.client import AgentError
+from control.backoff import Backoff
 from control.loads import LoadRunner
 from control.nodes import NodeHandle
 from store import Store
 
 Report = Callable[[str, float | None, bool], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Retry delays for a node that stopped answering: doubling up to a cap."""
-
-    initial_s: float = 0.5
-    max_s: float = 15.0
-
-    def delay(self, failures: int) -> float:
-        return min(self.max_s, self.initial_s * 2.0 ** max(0, failures - 1))
 
 
 @dataclass(slots=True)

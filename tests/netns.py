@@ -9,6 +9,11 @@ plane (pytest, in the root namespace), as on a real fleet. The root dockerd sets
 FORWARD policy to DROP and bridged frames pass through it, so node-to-node traffic needs
 one ACCEPT rule for the bridge; it is removed at tear-down. Names carry one prefix per
 slot, and anything left with it by a killed run is removed before a new rig is built.
+
+A node may also be an SSH host (``ssh=`` names them): a real OpenSSH ``sshd`` on its 198.18
+address (port 2222, a host key made here), with its agent bound to the node's loopback only,
+so the control plane reaches it through ``ssh -L`` and nothing else. The test's own client key,
+``known_hosts`` and ``ssh_config`` (one ``Host`` alias per SSH node) come with it (``SshRig``).
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 SLOT = int(os.environ.get("INFER_TOP_NETNS_SLOT", "0"))
 """Which rig this run builds (0-99): two runs on one machine at once (a CI run beside an
@@ -36,6 +43,8 @@ BRIDGE = f"{PREFIX}-br"
 SUBNET = f"198.18.{SLOT}"
 BRIDGE_ADDRESS = f"{SUBNET}.1"
 AGENT_PORT = 7070
+SSHD_PORT = 2222
+SSHD = "/usr/sbin/sshd"
 FORWARD_RULE = ("FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT")
 COMMAND_TIMEOUT_S = 30
 
@@ -59,6 +68,13 @@ def netns_reason() -> str | None:
     return None
 
 
+def sshd_reason() -> str | None:
+    """Why this machine cannot run the SSH nodes (None: it can)."""
+    if not Path(SSHD).exists() or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        return "no OpenSSH sshd/ssh here: run scripts/rig.sh (it installs openssh-server)"
+    return None
+
+
 @dataclass
 class TestNode:
     """One node: its namespace, address and agent (a real ``infer-agent`` process)."""
@@ -74,10 +90,14 @@ class TestNode:
     veth: str = ""
     """The root-side end of the node's link: ``ip link set VETH down`` cuts the node off."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    ssh: bool = False
+    """An SSH host: sshd on its address, its agent on its own loopback only."""
 
     @property
     def agent_url(self) -> str:
-        return f"http://{self.address}:{AGENT_PORT}"
+        """The agent's URL as the node itself sees it (for an SSH node: its loopback)."""
+        host = "127.0.0.1" if self.ssh else self.address
+        return f"http://{host}:{AGENT_PORT}"
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """A command inside the node."""
@@ -121,18 +141,32 @@ def clean_leftovers() -> None:
             break
 
 
+def _agent_answers(node: TestNode) -> object:
+    """True when the node's agent answers /healthz; else why not. An SSH node's agent is
+    on the node's own loopback: asked from inside the node."""
+    url = f"{node.agent_url}/healthz"
+    if node.ssh:
+        probe = node.run("python3", "-c", PROBE, url, check=False)
+        return probe.returncode == 0 or probe.stderr.strip()[-200:]
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200 or resp.status
+    except OSError as exc:
+        return exc
+
+
+PROBE = "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)"
+
+
 def _wait_healthy(node: TestNode, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     last: object = None
     while time.monotonic() < deadline:
         if node.process is not None and node.process.poll() is not None:
             raise RuntimeError(f"the agent of node {node.name} exited ({node.process.returncode})")
-        try:
-            with urllib.request.urlopen(f"{node.agent_url}/healthz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError as exc:
-            last = exc
+        last = _agent_answers(node)
+        if last is True:
+            return
         time.sleep(0.2)
     raise TimeoutError(f"the agent of node {node.name} did not answer in {timeout_s:g} s: {last}")
 
@@ -143,7 +177,7 @@ def _agent_argv(node: TestNode, natives: dict[str, Path], model_dirs: Sequence[P
         "-m",
         "agents.cli",
         "--listen",
-        f"{node.address}:{AGENT_PORT}",
+        f"{'127.0.0.1' if node.ssh else node.address}:{AGENT_PORT}",
         "--token-file",
         str(node.token_file),
         "--node-name",
@@ -160,6 +194,88 @@ def _agent_argv(node: TestNode, natives: dict[str, Path], model_dirs: Sequence[P
     return argv
 
 
+@dataclass(frozen=True)
+class SshRig:
+    """The test's OpenSSH material under ``workdir/ssh``: a client key, a ``known_hosts``
+    with every SSH node's host key, and an ``ssh_config`` with one ``Host`` alias per SSH
+    node (its name), strict host key checking on."""
+
+    directory: Path
+
+    @classmethod
+    def at(cls, workdir: Path) -> SshRig:
+        return cls(workdir / "ssh")
+
+    @property
+    def client_key(self) -> Path:
+        return self.directory / "client_key"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.directory / "known_hosts"
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "ssh_config"
+
+    def host_key(self, node: TestNode) -> Path:
+        return self.directory / f"{node.name}_host_key"
+
+    def sshd_log(self, node: TestNode) -> Path:
+        return self.directory / f"{node.name}-sshd.log"
+
+    def host_block(self, alias: str, node: TestNode, *extra: str) -> str:
+        """An ``ssh_config`` ``Host`` entry for ``node``; ``extra`` lines (``ProxyJump x``,
+        another ``UserKnownHostsFile``) come first, so they win over the defaults."""
+        lines = [
+            f"Host {alias}",
+            *(f"  {line}" for line in extra),
+            f"  HostName {node.address}",
+            f"  Port {SSHD_PORT}",
+            "  User root",
+            f"  IdentityFile {self.client_key}",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {self.known_hosts}",
+            "  GlobalKnownHostsFile /dev/null",
+            "  StrictHostKeyChecking yes",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _start_sshd(node: TestNode, rig: SshRig, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """A real sshd on the node's address, key login only, local forwards only."""
+    host_key = rig.host_key(node)
+    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.name, "-f", str(host_key))
+    public = host_key.with_suffix(".pub").read_text().split()
+    with rig.known_hosts.open("a") as known:
+        known.write(f"[{node.address}]:{SSHD_PORT} {public[0]} {public[1]}\n")
+    config = rig.directory / f"{node.name}_sshd_config"
+    config.write_text(
+        f"ListenAddress {node.address}:{SSHD_PORT}\n"
+        f"HostKey {host_key}\n"
+        f"AuthorizedKeysFile {rig.directory / 'authorized_keys'}\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nAllowTcpForwarding local\n"
+        "UsePAM no\n"
+        f"PidFile {rig.directory / (node.name + '_sshd.pid')}\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    return subprocess.Popen(
+        ["ip", "netns", "exec", node.namespace, SSHD, "-D", "-e", "-f", str(config)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _wait_listening(node: TestNode, port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((node.address, port), 1):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"sshd on node {node.name} did not listen in {timeout_s:g} s")
+
+
 @contextlib.contextmanager
 def network_nodes(
     names: Sequence[str],
@@ -167,12 +283,20 @@ def network_nodes(
     *,
     natives: dict[str, Path],
     model_dirs: Sequence[Path] = (),
+    ssh: Collection[str] = (),
 ) -> Iterator[dict[str, TestNode]]:
-    """Nodes named ``names`` on one bridge, each with its agent answering; all of it is
-    removed on exit, whatever happened inside."""
+    """Nodes named ``names`` on one bridge, each with its agent answering; those in ``ssh``
+    are SSH hosts (``SshRig.at(workdir)`` has their keys and aliases). All of it is removed
+    on exit, whatever happened inside."""
     clean_leftovers()
+    rig = SshRig.at(workdir)
+    if ssh:
+        rig.directory.mkdir(mode=0o700)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(rig.client_key))
+        shutil.copy(rig.client_key.with_suffix(".pub"), rig.directory / "authorized_keys")
     nodes: dict[str, TestNode] = {}
     logs = []
+    sshds: list[subprocess.Popen[bytes]] = []
     try:
         _run("iptables", "-I", *FORWARD_RULE)
         _run("ip", "link", "add", BRIDGE, "type", "bridge")
@@ -208,10 +332,14 @@ def network_nodes(
                 token_file,
                 workdir / f"{name}-state",
                 veth,
+                ssh=name in ssh,
             )
             node.run("ip", "addr", "add", f"{node.address}/24", "dev", "eth0")
             node.run("ip", "link", "set", "eth0", "up")
             node.run("ip", "link", "set", "lo", "up")
+            if node.ssh:
+                logs.append(rig.sshd_log(node).open("wb"))
+                sshds.append(_start_sshd(node, rig, logs[-1]))
             log = (workdir / f"{name}-agent.log").open("wb")
             logs.append(log)
             node.process = subprocess.Popen(
@@ -223,6 +351,12 @@ def network_nodes(
             nodes[name] = node
         for node in nodes.values():
             _wait_healthy(node)
+            if node.ssh:
+                _wait_listening(node, SSHD_PORT)
+        if ssh:
+            rig.config_file.write_text(
+                "".join(rig.host_block(n.name, n) for n in nodes.values() if n.ssh)
+            )
         yield nodes
     finally:
         for node in nodes.values():
@@ -230,6 +364,9 @@ def network_nodes(
             if node.process is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     node.process.wait(timeout=5)
+        for process in sshds:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
         for log in logs:
             log.close()
         clean_leftovers()

@@ -17,6 +17,7 @@ from control.config import Config
 from control.model import FleetModel
 from control.nodes import NodeHandle
 from control.services import Report, Services, describe_error
+from control.ssh_tunnel import SshTunnel, TunnelState
 from telemetry import TelemetryFrame
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands
@@ -61,7 +62,10 @@ class InferTopApp(App[int]):
         super().__init__()
         self.config = config
         self.services = services
-        self.model = FleetModel((n.name, n.url) for n in services.nodes)
+        self.model = FleetModel(
+            (n.name, f"{n.url} (ssh {n.tunnel.destination})" if n.tunnel else n.url)
+            for n in services.nodes
+        )
         self.selected_node: str | None = services.nodes[0].name if services.nodes else None
         self._fleet_pending = False
         self._last_refresh = 0.0
@@ -87,6 +91,8 @@ class InferTopApp(App[int]):
     async def on_mount(self) -> None:
         await self.switch_mode("fleet")
         for node in self.services.nodes:
+            if node.tunnel is not None:
+                node.tunnel.subscribe(partial(self._tunnel_changed, node.name, node.tunnel))
             if node.client is None:
                 self.model.mark_error(node.name, node.error or "no client", None)
             elif self.services.stream_telemetry:
@@ -117,6 +123,10 @@ class InferTopApp(App[int]):
         except Exception as exc:  # shown, never fatal: the live screens still work
             report(f"start-up work failed: {describe_error(exc)}", None, True)
             self.notify(f"start-up work failed: {describe_error(exc)}", severity="error")
+
+    def _tunnel_changed(self, name: str, tunnel: SshTunnel, state: TunnelState) -> None:
+        self.model.set_link(name, tunnel.describe(), state.phase == "up")
+        self._notify_fleet()
 
     async def _follow_node(self, node: NodeHandle) -> None:
         """Stream one node's frames forever; on any failure show it and retry with back-off."""

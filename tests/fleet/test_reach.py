@@ -23,6 +23,14 @@ def test_an_agent_on_another_machine_means_the_proxy_with_the_agents_token() -> 
     for local in ("http://127.0.0.1:7070", "http://localhost:7070", "http://[::1]:7070"):
         route = engine_route(local, "agent-token", "e1", "http://127.0.0.1:8080")
         assert (route.url, route.api_key, route.path) == ("http://127.0.0.1:8080", None, "direct")
+    # an ssh tunnel's port is on this machine's loopback; the agent and its engine are not
+    tunnelled = engine_route(
+        "http://127.0.0.1:40111", "agent-token", "e1", "http://127.0.0.1:8080", tunnelled=True
+    )
+    assert (tunnelled.url, tunnelled.path) == (
+        "http://127.0.0.1:40111/v1/engines/e1/proxy/v1",
+        "proxied",
+    )
 
 
 def test_bench_wants_a_url_or_a_node_and_an_engine(

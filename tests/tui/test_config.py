@@ -87,3 +87,34 @@ def test_cli_refuses_a_bad_config_in_words(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "http:// or https://" in out.stderr
+
+
+def test_an_ssh_node_and_a_pinned_node_and_their_refusals(tmp_path: Path) -> None:
+    config = parse_config(
+        '[[nodes]]\nname = "jetson"\ntransport = "ssh"\nssh = "lab-jetson"\n'
+        'ssh_config = "ssh_config"\n'
+        '[[nodes]]\nname = "h100"\nurl = "https://10.0.0.5:7443"\n'
+        f'fingerprint = "SHA256:{"AB:" * 31}AB"\n',
+        source=tmp_path / "config.toml",
+    )
+    jetson, h100 = config.nodes
+    assert (jetson.transport, jetson.ssh, jetson.url) == (
+        "ssh",
+        "lab-jetson",
+        "http://127.0.0.1:7070",
+    )
+    assert jetson.ssh_config == tmp_path / "ssh_config"
+    assert (h100.transport, h100.fingerprint) == ("http", "sha256:" + "ab" * 32)
+    refusals = {
+        'transport = "ssh"': "needs 'ssh'",
+        'transport = "ssh"\nssh = "-oProxyCommand=sh"': "is not an ssh destination",
+        'transport = "telnet"': "'transport' must be",
+        'url = "http://h:7070"\nssh = "lab"': "'transport' is not",
+        'url = "https://h:7443"\nfingerprint = "ab12"': "64 hex digits",
+        'url = "https://h:7443"\nfingerprint = "sha256:'
+        + "ab" * 32
+        + '"\nca = "ca.pem"': "not both",
+    }
+    for lines, words in refusals.items():
+        with pytest.raises(ConfigError, match=words):
+            parse_config(f'[[nodes]]\nname = "n"\n{lines}\n')

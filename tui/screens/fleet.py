@@ -41,6 +41,8 @@ def status_cell(node: NodeState, now: float) -> Text:
 
 
 def node_note(node: NodeState, now: float) -> str:
+    if node.link is not None and not node.link_up:
+        return node.link  # the tunnel's state says why more precisely than a refused stream
     if node.status is NodeStatus.ERROR:
         retry = f" (retry in {node.retry_in_s:.0f}s)" if node.retry_in_s else ""
         return f"{node.error}{retry}"
@@ -87,6 +89,7 @@ def node_items(nodes: list[NodeState], now: float) -> list[Item[NodeItem]]:
                 n.status,
                 n.error,
                 n.retry_in_s,
+                n.link,
                 int(now - n.last_frame_at) if n.last_frame_at else None,
             ),
             (n, now),
