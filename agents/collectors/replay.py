@@ -80,15 +80,18 @@ class ReplayProcesses:
             if stamp == self._stamp:
                 return
             data = json.loads(self.path.read_text())
-        except (OSError, ValueError) as exc:
+            gpus = [
+                {kind: [_process(entry) for entry in gpu.get(kind, ())] for kind in _KINDS}
+                for gpu in data.get("gpus", ())
+            ]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             if self._stamp is None:  # at start: the operator named a file that is no list
-                raise ValueError(f"{self.path}: not a replay process list: {exc}") from exc
-            return  # replaced while running: the last lists stand until it reads again
-        self._gpus = [
-            {kind: [_process(entry) for entry in gpu.get(kind, ())] for kind in _KINDS}
-            for gpu in data.get("gpus", ())
-        ]
-        self._stamp = stamp
+                raise ValueError(
+                    f"{self.path}: not a replay process list ({exc!r}); see the format in "
+                    "agents/data/h200-processes.json"
+                ) from exc
+            return  # broken while running: the last lists stand until it reads again
+        self._gpus, self._stamp = gpus, stamp
 
     def of(self, index: int, kind: str) -> list[_ProcessInfo]:
         self._load()

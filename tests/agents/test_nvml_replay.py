@@ -157,6 +157,13 @@ def test_compute_and_graphics_lists_merge_per_pid_and_unavailable_memory_is_none
     assert found == {41: ("C+G", 2**30), 42: ("C", None), 43: ("G", 2**20)}
 
 
+def test_a_process_list_that_is_not_one_is_refused_in_words(tmp_path: Path) -> None:
+    listing = tmp_path / "processes.json"
+    listing.write_text(json.dumps({"gpus": [{"compute": [{"usedGpuMemory": 1}]}]}))
+    with pytest.raises(ValueError, match="not a replay process list"):
+        ReplayNvml(bundled_trace(), processes=listing)
+
+
 @pytest.mark.gpu
 def test_real_gpu_through_the_same_wrapper() -> None:
     collector = NvmlCollector()
