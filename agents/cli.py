@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--replay-gpus", type=int, default=1, help="how many GPUs the replay shows (default 1)"
     )
     parser.add_argument(
+        "--replay-processes",
+        type=Path,
+        metavar="PATH",
+        help="the replayed GPUs' process lists, NVML's nvmlProcessInfo_v3_t fields as JSON "
+        "(default: the bundled list, agents/data/h200-processes.json, which says its format)",
+    )
+    parser.add_argument(
         "--platform",
         choices=["nvidia", "jetson", "linux", "replay"],
         help="override platform detection",
@@ -159,6 +166,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         "health_interval_s": args.health_interval,
         "native_binaries": dict(args.native),
         "replay_gpus": args.replay_gpus,
+        "replay_processes": args.replay_processes,
     }
     if args.allow_engine:
         values["allowed_engines"] = frozenset(args.allow_engine)

@@ -23,6 +23,14 @@ def bundled_trace() -> Path:
     return Path(str(files("agents") / "data" / "h200-trace.json"))
 
 
+def bundled_processes() -> Path:
+    """The replayed GPUs' process lists, built from NVML's documented structure (the
+    recording lists no processes)."""
+    from importlib.resources import files
+
+    return Path(str(files("agents") / "data" / "h200-processes.json"))
+
+
 class ConfigError(ValueError):
     """A configuration the agent refuses to start with."""
 
@@ -48,6 +56,9 @@ class AgentConfig:
     """None: detect (nvidia, jetson, linux). "replay": play ``replay_trace`` as GPUs."""
     replay_trace: Path | None = None
     replay_gpus: int = 1
+    replay_processes: Path | None = None
+    """The replayed GPUs' process lists (``agents.collectors.replay.ReplayProcesses``);
+    None: the bundled one."""
     node_name: str = field(default_factory=socket.gethostname)
     state_dir: Path = field(default_factory=default_state_dir)
     health_interval_s: float = 5.0

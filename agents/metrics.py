@@ -37,6 +37,9 @@ _ENGINE_GAUGES = (
     ("itl_p50_s", "infer_engine_itl_p50_seconds", "Median inter-token latency"),
 )
 _GPU_LABELS = ["node", "gpu", "name"]
+_PROCESS_LABELS = ["node", "gpu", "pid", "engine"]
+"""``engine``: the owning deployment's id, empty for a process no engine of the agent
+owns (the screens' "other": a deployment may itself be called "other")."""
 _ENGINE_LABELS = ["node", "engine", "kind"]
 M = TypeVar("M", GaugeMetricFamily, CounterMetricFamily)
 
@@ -59,6 +62,17 @@ class FrameCollector(Collector):
             "infer_gpu_energy_joules", "GPU energy since driver load", labels=_GPU_LABELS
         )
         yield _filled(energy, ((key, gpu.energy_j) for key, gpu in gpus))
+        procs = GaugeMetricFamily(
+            "infer_gpu_process_memory_used_bytes",
+            "GPU memory a process holds, bytes (NVML's per-process account)",
+            labels=_PROCESS_LABELS,
+        )
+        held = (
+            ([node, str(gpu.index), str(p.pid), p.engine or ""], p.mem_used_bytes)
+            for gpu in frame.gpus
+            for p in gpu.processes
+        )
+        yield _filled(procs, held)
         for attr, name, doc in _ENGINE_GAUGES:
             family = GaugeMetricFamily(name, doc, labels=_ENGINE_LABELS)
             yield _filled(family, ((key, getattr(eng, attr)) for key, eng in engines))

@@ -8,6 +8,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 
 from agents.broadcast import Broadcast
 from agents.collectors import GpuCollector
@@ -17,12 +18,21 @@ from telemetry import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
 log = logging.getLogger(__name__)
 
 EngineSource = Callable[[], Awaitable[tuple[EngineTelemetry, ...]]]
+PidOwner = Callable[[int], str | None]
+"""The deployment that owns a GPU process's PID (``agents.runtime.owners.pid_owner``)."""
 SLOW_EVERY = 5
 """Slow readings (PCIe) every this many frames."""
 
 
 async def _no_engines() -> tuple[EngineTelemetry, ...]:
     return ()
+
+
+def _attributed(gpu: GpuSample, owner: PidOwner) -> GpuSample:
+    if not gpu.processes:
+        return gpu
+    procs = tuple(replace(p, engine=owner(p.pid)) for p in gpu.processes)
+    return replace(gpu, processes=procs)
 
 
 class Sampler:
@@ -37,8 +47,10 @@ class Sampler:
         buffer: int = 600,
         platform: str = "linux",
         boot_id: str = "",
+        owner: PidOwner | None = None,
     ) -> None:
         self.node = node
+        self.owner = owner
         self.gpu = gpu
         self.host = host or HostCollector()
         self.engines = engines
@@ -60,6 +72,8 @@ class Sampler:
             if slow:
                 self.gpu.slow_sample()
             gpus = self.gpu.sample()
+            if self.owner is not None:
+                gpus = tuple(_attributed(gpu, self.owner) for gpu in gpus)
         return gpus, self.host.sample()
 
     async def sample_once(self) -> TelemetryFrame:

@@ -26,6 +26,7 @@ from agents.peerloads import add_peer_routes
 from agents.protocol import NodeInfo
 from agents.routes import add_routes, error_middleware
 from agents.runtime import Runtime
+from agents.runtime.owners import pid_owner
 from agents.sampler import Sampler
 from agents.security import AuditLog, auth_middleware
 
@@ -50,7 +51,11 @@ def make_gpu_collector(config: AgentConfig, platform: str) -> GpuCollector | Non
         from agents.collectors.nvml import NvmlCollector
         from agents.collectors.replay import ReplayNvml
 
-        fake = ReplayNvml(config.replay_trace or bundled_trace(), gpus=config.replay_gpus)
+        fake = ReplayNvml(
+            config.replay_trace or bundled_trace(),
+            gpus=config.replay_gpus,
+            processes=config.replay_processes,
+        )
         return NvmlCollector(fake, simulated=True)
     if platform == "nvidia":
         from agents.collectors.nvml import NvmlCollector
@@ -146,6 +151,7 @@ async def _run_agent(
         buffer=config.frame_buffer,
         platform=platform,
         boot_id=boot_id,
+        owner=pid_owner(runtimes.values()),
     )
     docker_version, compose_ver = await asyncio.to_thread(_versions)
     app[MANAGER] = manager

@@ -21,9 +21,18 @@ change (the client refuses a different major)."""
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
+    """One process holding a GPU context, as NVML's compute and graphics lists name it."""
+
     pid: int
+    """In the agent's host PID namespace."""
     name: str | None
     mem_used_bytes: int | None
+    """None where NVML says NVML_VALUE_NOT_AVAILABLE (no per-process accounting)."""
+    engine: str | None = None
+    """The id of the agent's deployment that owns the process (its container, or the
+    engine's process and its descendants); None: no engine of this agent ("other")."""
+    usage: str = "C"
+    """Which NVML list holds it: C (compute), G (graphics) or C+G, as nvidia-smi says."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,14 @@ log = logging.getLogger(__name__)
 NVML_CLOCKS_EVENT_SW_POWER_CAP = 0x4
 """Throttle-reason bit set while the GPU is held at its power limit."""
 
+NVML_VALUE_NOT_AVAILABLE = 2**64 - 1
+"""usedGpuMemory where the driver keeps no per-process account (nvidia-ml-py turns it into
+None; older releases hand the raw unsigned -1 through)."""
+_PROCESS_LISTS = (
+    ("nvmlDeviceGetComputeRunningProcesses", "C"),
+    ("nvmlDeviceGetGraphicsRunningProcesses", "G"),
+)
+
 # Failures that mean "this device will never answer this call".
 _PERMANENT = ("NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")
 
@@ -65,6 +73,10 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _used_memory(value: Any) -> int | None:
+    return None if value is None or int(value) == NVML_VALUE_NOT_AVAILABLE else int(value)
 
 
 def _div(value: Any, by: float) -> float | None:
@@ -123,18 +135,21 @@ class NvmlCollector:
         return None if value is None else int(value)
 
     def _processes(self, i: int, h: Any) -> tuple[GpuProcess, ...]:
-        procs = self.query("nvmlDeviceGetComputeRunningProcesses", i, h) or []
-        out = []
-        for p in procs:
-            used = getattr(p, "usedGpuMemory", None)
-            out.append(
-                GpuProcess(
-                    pid=int(p.pid),
-                    name=self._proc_name(int(p.pid)),
-                    mem_used_bytes=None if used is None else int(used),
+        """Compute and graphics contexts, one entry per PID (nvidia-smi's C, G, C+G)."""
+        found: dict[int, GpuProcess] = {}
+        for fn, kind in _PROCESS_LISTS:
+            for p in self.query(fn, i, h) or ():
+                pid = int(p.pid)
+                used = _used_memory(getattr(p, "usedGpuMemory", None))
+                usage = kind
+                seen = found.get(pid)
+                if seen is not None:  # in both lists: one context, the memory counted once
+                    used = seen.mem_used_bytes if seen.mem_used_bytes is not None else used
+                    usage = f"{seen.usage}+{kind}"
+                found[pid] = GpuProcess(
+                    pid=pid, name=self._proc_name(pid), mem_used_bytes=used, usage=usage
                 )
-            )
-        return tuple(out)
+        return tuple(found.values())
 
     def _proc_name(self, pid: int) -> str | None:
         if pid not in self._proc_names:
@@ -175,6 +190,9 @@ class NvmlCollector:
                     processes=self._processes(i, h),
                 )
             )
+        # Names of PIDs still on a GPU only: a PID the kernel reuses is named afresh.
+        listed = {p.pid for gpu in samples for p in gpu.processes}
+        self._proc_names = {pid: n for pid, n in self._proc_names.items() if pid in listed}
         return tuple(samples)
 
     def slow_sample(self) -> None:

@@ -6,6 +6,11 @@ unit conversions and NotSupported handling as a real H200.  The recording
 (``agents/data/h200-trace.json``, shipped for the demo; the tests read it too) holds a
 10 Hz series through idle, allocation, a power-capped matmul, copies and
 release.  Several replayed GPUs play the same series shifted in time.
+
+The recording counts processes but lists none, so the process lists come from a
+second file built from NVML's documented ``nvmlProcessInfo_v3_t`` structure
+(``agents/data/h200-processes.json``, its ``about`` says so), or from one a caller
+writes to put processes of its own (a real engine's PID) on the replayed GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pynvml
+
+from agents.config import bundled_processes
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,75 @@ class _Util:
 @dataclass(frozen=True, slots=True)
 class _Handle:
     index: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ProcessInfo:
+    """nvmlProcessInfo_v3_t as nvidia-ml-py returns it (usedGpuMemory None where NVML
+    said NVML_VALUE_NOT_AVAILABLE)."""
+
+    pid: int
+    usedGpuMemory: int | None  # NVML's field names
+    gpuInstanceId: int
+    computeInstanceId: int
+
+
+NO_INSTANCE = 2**32 - 1
+"""gpuInstanceId / computeInstanceId of a process on a GPU without MIG."""
+
+
+class ReplayProcesses:
+    """The process lists of a JSON file ``{"about": ..., "gpus": [{"compute": [...],
+    "graphics": [...]}, ...]}``, each entry an nvmlProcessInfo_v3_t's fields with NVML's
+    raw values.  Replayed GPU ``i`` plays entry ``i`` modulo their count, as the GPUs play
+    one recording.  The file is read again when it changes, so a caller can put a process
+    on a GPU while the replay runs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int, int] | None = None
+        self._gpus: list[dict[str, list[_ProcessInfo]]] = []
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)  # a rewrite inside one tick too
+            if stamp == self._stamp:
+                return
+            data = json.loads(self.path.read_text())
+            gpus = [
+                {kind: [_process(entry) for entry in gpu.get(kind, ())] for kind in _KINDS}
+                for gpu in data.get("gpus", ())
+            ]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            if self._stamp is None:  # at start: the operator named a file that is no list
+                raise ValueError(
+                    f"{self.path}: not a replay process list ({exc!r}); see the format in "
+                    "agents/data/h200-processes.json"
+                ) from exc
+            return  # broken while running: the last lists stand until it reads again
+        self._gpus, self._stamp = gpus, stamp
+
+    def of(self, index: int, kind: str) -> list[_ProcessInfo]:
+        self._load()
+        if not self._gpus:
+            return []
+        return list(self._gpus[index % len(self._gpus)][kind])
+
+
+_KINDS = ("compute", "graphics")
+
+
+def _process(entry: dict[str, Any]) -> _ProcessInfo:
+    used = int(entry["usedGpuMemory"])
+    return _ProcessInfo(
+        pid=int(entry["pid"]),
+        # nvidia-ml-py's own conversion of the sentinel
+        usedGpuMemory=None if used == pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value else used,
+        gpuInstanceId=int(entry.get("gpuInstanceId", NO_INSTANCE)),
+        computeInstanceId=int(entry.get("computeInstanceId", NO_INSTANCE)),
+    )
 
 
 def _raise_recorded(value: Any) -> Any:
@@ -67,8 +143,10 @@ class ReplayNvml:
         gpus: int = 1,
         clock: Callable[[], float] = time.monotonic,
         shift_samples: int = 37,
+        processes: Path | None = None,
     ) -> None:
         data = json.loads(Path(trace_path).read_text())
+        self.processes = ReplayProcesses(processes or bundled_processes())
         self.static: dict[str, Any] = data["static"]
         self.trace: list[dict[str, Any]] = data["trace"]
         if not self.trace:
@@ -155,6 +233,10 @@ class ReplayNvml:
         key = "pcie_tx_kbs" if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else "pcie_rx_kbs"
         return int(_raise_recorded(self.static[key]))
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[Any]:
-        # The recording counts processes but names none: report none rather than invent.
-        return list(_raise_recorded(self.static["compute_processes"]))
+    def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[_ProcessInfo]:
+        self._now(h)  # uninitialised NVML raises here as it would
+        return self.processes.of(h.index, "compute")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: _Handle) -> list[_ProcessInfo]:
+        self._now(h)
+        return self.processes.of(h.index, "graphics")

@@ -141,3 +141,12 @@ class VolumeRuntime(Protocol):
 
     async def remove_volumes(self, names: Sequence[str]) -> None:
         """Remove the volumes; RuntimeError_ naming the first that cannot go."""
+
+
+@runtime_checkable
+class PidOwner(Protocol):
+    """A runtime whose deployments run as host processes the GPU lists name."""
+
+    def owner_of(self, pid: int) -> str | None:
+        """The id of this runtime's deployment that runs process ``pid``, else None.
+        Blocking (reads /proc, may ask Docker): called off the event loop."""

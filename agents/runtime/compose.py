@@ -21,6 +21,7 @@ from agents.catalog_adapter import api_key_variables, compose_path, get_spec, la
 from agents.protocol import ImagePull
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
 from agents.runtime.images import ensure_images
+from agents.runtime.owners import container_of
 from agents.runtime.state import StateStore, deployment_from_record
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_MANAGED, LABEL_NODE
 
@@ -75,6 +76,8 @@ class ComposeRuntime:
         self.platform = platform
         self.state = state
         self._docker: Any = None
+        self._owners: dict[str, str | None] = {}
+        """Container id -> its deployment on this node (labels never change)."""
 
     @property
     def docker(self) -> Any:
@@ -164,6 +167,28 @@ class ComposeRuntime:
         # deployment of that engine; removing it would lose downloaded models.
         await self._compose(dep, "down", "--remove-orphans", "-t", str(int(timeout_s)))
         self.state.remove(dep.id)
+
+    def owner_of(self, pid: int) -> str | None:
+        """The deployment whose container ``pid`` runs in (its cgroup names it)."""
+        container = container_of(pid)
+        if container is None:
+            return None
+        if container not in self._owners:
+            import docker.errors
+
+            try:
+                labels = self.docker.containers.get(container).labels
+            except docker.errors.NotFound:
+                labels = {}
+            except Exception as exc:  # Docker busy or gone: unattributed now, asked again
+                log.debug("container %s: %s", container[:12], exc)
+                return None
+            if len(self._owners) >= 1024:  # ids of long-gone containers
+                self._owners.clear()
+            # Another node's agent may share this Docker daemon: its engines are not ours.
+            ours = labels.get(LABEL_NODE) == self.node
+            self._owners[container] = labels.get(LABEL_DEPLOYMENT) if ours else None
+        return self._owners[container]
 
     def _volumes(self, dep: Deployment) -> tuple[str, ...]:
         """The Docker volumes the project's containers mount, as Docker names them."""

@@ -19,6 +19,7 @@ import psutil
 from agents.catalog_adapter import get_spec, launch_config
 from agents.config import AgentConfig
 from agents.runtime import Deployment, ExitCallback, RuntimeError_
+from agents.runtime.owners import lineage
 from agents.runtime.state import StateStore, deployment_from_record
 from agents.security import open_private, private_dir
 
@@ -117,6 +118,16 @@ class ProcessRuntime:
             return proc.poll() is None
         pid = self._pid(dep)
         return pid is not None and _same_process(pid, self.state.load(dep.id) or {})
+
+    def owner_of(self, pid: int) -> str | None:
+        """The deployment whose engine is ``pid`` or one of its ancestors."""
+        roots = {proc.pid: dep_id for dep_id, proc in list(self._procs.items())}
+        for dep_id, dep in list(self._adopted.items()):
+            if (root := self._pid(dep)) is not None:
+                roots[root] = dep_id
+        if not roots:
+            return None
+        return next((roots[p] for p in lineage(pid) if p in roots), None)
 
     async def stop(self, dep: Deployment, timeout_s: float) -> None:
         pid = self._pid(dep)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from agents.collectors.nvml import NVML_CLOCKS_EVENT_SW_POWER_CAP, NvmlCollector
 from agents.collectors.replay import ReplayNvml
-from agents.config import AgentConfig, bundled_trace
+from agents.config import AgentConfig, bundled_processes, bundled_trace
 
 
 class StepClock:
@@ -109,6 +110,58 @@ def test_replayed_gpus_are_distinct_devices() -> None:
     collector, _, _ = replay(gpus=8)
     infos = collector.open()
     assert len({i.uuid for i in infos}) == 8
+
+
+def test_the_replayed_process_list_is_built_from_nvmls_structure_and_says_so() -> None:
+    bundled = json.loads(bundled_processes().read_text())
+    assert bundled["about"].startswith("NOT captured")
+    assert "nvmlProcessInfo_v3_t" in bundled["about"]
+    collector, _, _ = replay(gpus=2)
+    collector.open()
+    for gpu in collector.sample():  # every replayed GPU plays the one list
+        (proc,) = gpu.processes
+        entry = bundled["gpus"][0]["compute"][0]
+        assert (proc.pid, proc.mem_used_bytes, proc.usage) == (
+            entry["pid"],
+            entry["usedGpuMemory"],
+            "C",
+        )
+        assert proc.name is None and proc.engine is None  # no such PID; the agent attributes
+
+
+def test_compute_and_graphics_lists_merge_per_pid_and_unavailable_memory_is_none(
+    tmp_path: Path,
+) -> None:
+    def entry(pid: int, used: int) -> dict[str, int]:
+        return {"pid": pid, "usedGpuMemory": used}
+
+    listing = tmp_path / "processes.json"
+    listing.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "compute": [entry(41, 2**30), entry(42, 2**64 - 1)],
+                        "graphics": [entry(41, 2**30), entry(43, 2**20)],
+                    }
+                ]
+            }
+        )
+    )
+    fake = ReplayNvml(bundled_trace(), processes=listing)
+    collector = NvmlCollector(fake, simulated=True)
+    collector.open()
+    (gpu,) = collector.sample()
+    found = {p.pid: (p.usage, p.mem_used_bytes) for p in gpu.processes}
+    # NVML_VALUE_NOT_AVAILABLE is n/a, never a 16 EiB process; a C+G context counts once.
+    assert found == {41: ("C+G", 2**30), 42: ("C", None), 43: ("G", 2**20)}
+
+
+def test_a_process_list_that_is_not_one_is_refused_in_words(tmp_path: Path) -> None:
+    listing = tmp_path / "processes.json"
+    listing.write_text(json.dumps({"gpus": [{"compute": [{"usedGpuMemory": 1}]}]}))
+    with pytest.raises(ValueError, match="not a replay process list"):
+        ReplayNvml(bundled_trace(), processes=listing)
 
 
 @pytest.mark.gpu

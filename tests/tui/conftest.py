@@ -3,7 +3,7 @@ holding the simulated seed comparison, and apps built by the one factory."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -44,10 +44,22 @@ def engines_at_load() -> tuple[EngineTelemetry, ...]:
     )
 
 
+NODE_PROCESSES = Path(__file__).parents[1] / "fixtures" / "nvml" / "h200-node-processes.json"
+"""Process lists with one vllm-a worker per GPU (see its ``about``)."""
+VLLM_WORKERS = {4194305 + i: "vllm-a" for i in range(4)}
+
+
 def fleet_frames(
-    name: str, gpus: int, seconds: range, engines: tuple[EngineTelemetry, ...] = ()
+    name: str,
+    gpus: int,
+    seconds: range,
+    engines: tuple[EngineTelemetry, ...] = (),
+    *,
+    processes: Path | None = None,
+    owners: Mapping[int, str] | None = None,
 ) -> list[TelemetryFrame]:
-    return ReplayNode(name, gpus=gpus, epoch=EPOCH).history(list(seconds), engines)
+    node = ReplayNode(name, gpus=gpus, epoch=EPOCH, processes=processes, owners=owners)
+    return node.history(list(seconds), engines)
 
 
 def frozen_services(**overrides: object) -> Services:

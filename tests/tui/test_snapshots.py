@@ -14,15 +14,27 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, SelectionList
 
-from tests.tui.conftest import SIZE, engines_at_load, fleet_frames, frozen_app, frozen_services
+from tests.tui.conftest import (
+    NODE_PROCESSES,
+    SIZE,
+    VLLM_WORKERS,
+    engines_at_load,
+    fleet_frames,
+    frozen_app,
+    frozen_services,
+)
 from tests.tui.helpers import wait_until
 from tui.app import InferTopApp
 
 
-def feed(app: InferTopApp, *, nodes: int = 2, gpus: int = 4, seconds: int = 90) -> None:
+def feed(
+    app: InferTopApp, *, nodes: int = 2, gpus: int = 4, seconds: int = 90, workers: bool = False
+) -> None:
+    """``workers``: the GPUs list vllm-a's worker processes (the node screen's table)."""
+    attributed = {"processes": NODE_PROCESSES, "owners": VLLM_WORKERS} if workers else {}
     for n in range(nodes):
         name = f"h200-{n}"
-        for frame in fleet_frames(name, gpus, range(seconds), engines_at_load()):
+        for frame in fleet_frames(name, gpus, range(seconds), engines_at_load(), **attributed):
             app.ingest(name, frame)
 
 
@@ -32,7 +44,7 @@ async def settle(pilot: Pilot[Any], app: InferTopApp) -> None:
     await pilot.pause()
 
 
-async def open_screen(pilot: Pilot[Any], app: InferTopApp, key: str, **feed_kwargs: int) -> None:
+async def open_screen(pilot: Pilot[Any], app: InferTopApp, key: str, **feed_kwargs: Any) -> None:
     """Feed fixed frames, then open the screen on ``key`` as the operator would."""
     feed(app, **feed_kwargs)
     await settle(pilot, app)
@@ -84,7 +96,7 @@ def test_node_charts(snap_compare: Any) -> None:
     app = frozen_app()
 
     async def before(pilot: Pilot[Any]) -> None:
-        await open_screen(pilot, app, "2", nodes=1, seconds=300)
+        await open_screen(pilot, app, "2", nodes=1, seconds=300, workers=True)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
 

@@ -1,24 +1,34 @@
-"""Node: per-GPU charts over minutes, the node's engines and their logs."""
+"""Node: per-GPU charts over minutes, the node's engines and their logs, and the
+processes holding each GPU's memory (nvitop's process list)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import DataTable, Log, Static
 
-from control.model import GpuHistory, NodeState, NodeStatus
+from control.model import GpuHistory, NodeState, NodeStatus, fmt_bytes
 from control.nodes import AgentLike
 from control.services import describe_error
 from tui.charts import Chart, ChartData, series_of
 from tui.fasttable import Cell
 from tui.messages import LogLine
 from tui.screens.base import BaseScreen
-from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
+from tui.widgets import (
+    ENGINE_COLUMNS,
+    Columns,
+    Row,
+    add_fixed_columns,
+    engine_rows,
+    selected_key,
+    sync_table,
+)
 
 GpuField = Callable[[GpuHistory], Sequence[float | None]]
 CHARTS: tuple[tuple[str, str, GpuField, float | None], ...] = (
@@ -48,6 +58,36 @@ def chart_data(
     )
 
 
+PROCESS_COLUMNS: Columns = (
+    ("GPU", 3),
+    ("PID", 8),
+    ("Type", 4),
+    ("Engine", 12),
+    ("Process", 16),
+    ("GPU memory", 10),
+)
+
+
+def process_rows(node: NodeState) -> list[Row]:
+    """Every GPU's processes, GPU by GPU, the largest holder first; a process no engine
+    of the node owns is "other" (in words: its dimming is not the only sign)."""
+    gpus = node.frame.gpus if node.frame else ()
+    rows: list[Row] = []
+    for gpu in gpus:
+        for p in sorted(gpu.processes, key=lambda p: -(p.mem_used_bytes or 0)):
+            engine = Text(p.engine) if p.engine else Text("other", style="dim")
+            cells = (
+                str(gpu.index),
+                str(p.pid),
+                p.usage,
+                engine,
+                p.name or "n/a",
+                fmt_bytes(p.mem_used_bytes),
+            )
+            rows.append((f"{gpu.index}/{p.pid}", cells))
+    return rows
+
+
 class NodeScreen(BaseScreen):
     MODE = "node"
     AUTO_FOCUS = "#node-engines"
@@ -63,9 +103,13 @@ class NodeScreen(BaseScreen):
             for chart_id, *_ in CHARTS:
                 yield Chart(id=f"chart-{chart_id}")
         with Horizontal(id="node-lower"):
-            engines: DataTable[Cell] = DataTable(id="node-engines", cursor_type="row")
-            add_fixed_columns(engines, ENGINE_COLUMNS)
-            yield engines
+            with Vertical(id="node-tables"):
+                engines: DataTable[Cell] = DataTable(id="node-engines", cursor_type="row")
+                add_fixed_columns(engines, ENGINE_COLUMNS)
+                yield engines
+                procs: DataTable[Cell] = DataTable(id="gpu-processes", cursor_type="row")
+                add_fixed_columns(procs, PROCESS_COLUMNS)
+                yield procs
             with Vertical(id="log-pane"):
                 yield Static("logs: select an engine and press f", id="log-title")
                 yield Log(id="engine-log", max_lines=2000)
@@ -100,6 +144,7 @@ class NodeScreen(BaseScreen):
                 chart_data(chart_title, field, ymax, node.gpu_history)
             )
         sync_table(self.query_one("#node-engines", DataTable), engine_rows([node]))
+        sync_table(self.query_one("#gpu-processes", DataTable), process_rows(node))
 
     def action_cycle(self, step: int) -> None:
         names = list(self.top.model.nodes)
