@@ -249,3 +249,70 @@ def test_infer_top_alerts_lists_the_store_headless(store: Store, tmp_path: Path)
     assert json.loads(cli("--json", "--since", "10m").stdout) != []  # active: always listed
     table = cli().stdout
     assert "power throttled" in table and "ACTIVE" in table and "SwPowerCap" in table
+
+
+async def test_a_run_over_the_failure_threshold_raises_the_run_alert_linked_in_its_record(
+    seed_store: Store, tmp_path: Path
+) -> None:
+    """The Load screen's run (its events replayed from the simulated seed run, one level
+    with a third of its requests failed) goes through the one recorder; the run alert
+    is raised at that level, stored with the run's id, and ``runs show`` lists it."""
+    import dataclasses
+
+    from runs.events import LevelFinished, RunFinished, RunResult
+    from tests.tui.test_snapshots import feed, run_started, settle
+
+    levels = [lv.summary for lv in seed_store.levels("seed02-h100-llama2-7b-vllm")][:2]
+    bad = dataclasses.replace(levels[1], completed=20, failed=10)
+    started = run_started(2)
+    started = dataclasses.replace(started, run_id="failing-run", started_at=time.time())
+
+    async def runner(request: Any, record: Any) -> AsyncIterator[Any]:
+        events = [started, LevelFinished(levels[0]), LevelFinished(bad)]
+        events.append(RunFinished(RunResult("failing-run", 0.0, 1.0, (levels[0], bad), (), 0)))
+        for event in events:
+            record.on_event(event)
+            yield event
+
+    app = frozen_app(
+        frozen_services(store=seed_store, load_runner=runner), alerts=parse_alert_config({})
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        feed(app, nodes=1, seconds=5)
+        await settle(pilot, app)
+        await pilot.press("4")
+        await settle(pilot, app)
+        app.screen.query_one("#target").value = "h200-0/vllm-a"
+        await pilot.press("r")
+        await wait_until(
+            pilot, lambda: [a for a in app.alerts.active if a.rule == "run_failures"], "run alert"
+        )
+        (alert,) = [a for a in app.alerts.active if a.rule == "run_failures"]
+        assert (alert.run_id, alert.engine_id) == ("failing-run", "vllm-a")
+        assert alert.value == pytest.approx(1 / 3)
+        app.redraw_now()
+        await pilot.pause()
+        assert "▲ 1 alert" in painted(app.screen.query_one("#tabs"))
+    seed_store.flush()
+    (linked,) = seed_store.list_alerts(run_id="failing-run")
+    assert linked.title == "load run failing" and "10 of 30 requests failed" in linked.message
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "tui.cli",
+            "runs",
+            "--db",
+            str(seed_store.path),
+            "show",
+            "failing-run",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    shown = done.stdout
+    assert f"alert {linked.id}: load run failing" in shown, shown
