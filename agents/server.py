@@ -17,6 +17,7 @@ from aiohttp import web
 
 from agents import __version__
 from agents.collectors import GpuCollector
+from agents.collectors.host import HostCollector
 from agents.config import AgentConfig, bundled_trace
 from agents.keys import AUDIT, CONFIG, MANAGER, NODE_INFO, REGISTRY, SAMPLER
 from agents.loadruns import add_load_routes
@@ -146,6 +147,7 @@ async def _run_agent(
     sampler = Sampler(
         config.node_name,
         gpu_c,
+        host=HostCollector(config.state_dir),
         engines=manager.telemetry,
         interval_s=config.interval_s,
         buffer=config.frame_buffer,

@@ -16,6 +16,12 @@ another file; ``INFER_TOP_DB`` another database)::
     url = "http://127.0.0.1:7070"  # the agent as the node sees it (this is the default)
     token_file = "jetson.token"
 
+    [alerts.rules.kv_cache_full]   # thresholds, hold-down, severity per rule
+    threshold = 0.9
+    [alerts.hooks.critical]        # a command or webhook per severity
+    webhook = "https://chat.example/hooks/infer-top"
+
+(every rule, its default and the hooks: ``alerts.config``, README "Alerts").
 With no file (or no ``[[nodes]]``) the TUI starts an embedded agent on this
 machine, so the first run shows something real.
 """
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
+from alerts import AlertConfig, AlertConfigError, parse_alert_config
 from store import default_db_path
 
 
@@ -95,6 +102,7 @@ class Config:
     refresh_s: float = 0.125
     """Slowest the screen lags the newest frame (frames are coalesced in between)."""
     source: Path | None = None
+    alerts: AlertConfig = field(default_factory=AlertConfig)
 
     @property
     def embedded(self) -> bool:
@@ -191,7 +199,11 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
         raise ConfigError(f"ui.refresh_s {refresh_s} out of range 0.02-5 s")
     db = os.environ.get("INFER_TOP_DB") or data.get("store", {}).get("path")
     db_path = Path(db).expanduser() if db else default_db_path()
-    return Config(nodes=nodes, db_path=db_path, refresh_s=refresh_s, source=source)
+    try:
+        alerts = parse_alert_config(data.get("alerts"))
+    except AlertConfigError as exc:
+        raise ConfigError(f"{source or 'config'}: {exc}") from exc
+    return Config(nodes=nodes, db_path=db_path, refresh_s=refresh_s, source=source, alerts=alerts)
 
 
 def load_config(path: Path | None = None) -> Config:

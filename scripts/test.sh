@@ -10,7 +10,7 @@ scripts/setup.sh test
 export PATH="$ROOT/.venv/bin:$PATH"
 scripts/rig.sh
 echo "[test] ruff" >&2;          ruff check . && ruff format --check .
-echo "[test] mypy" >&2;          mypy telemetry engines runs loadgen sim store agents control tui
+echo "[test] mypy" >&2;          mypy telemetry engines runs alerts loadgen sim store agents control tui
 echo "[test] import contracts" >&2; lint-imports
 echo "[test] pytest" >&2
 exec python -m pytest "$@"

@@ -150,6 +150,14 @@ def _show(console: Console, st: Store, run_id: str) -> None:
     console.print(escape(f"software: {r.software_versions}"))
     if r.simulated:
         console.print("[yellow]simulated engine: figures are not measurements of real hardware")
+    for alert in st.list_alerts(run_id=r.run_id):
+        cleared = "active" if alert.cleared_at is None else f"cleared {_when(alert.cleared_at)}"
+        console.print(
+            escape(
+                f"alert {alert.id}: {alert.title} on {alert.node}, raised "
+                f"{_when(alert.raised_at)}, {cleared}: {alert.message}"
+            )
+        )
     console.print(_comparison_table(st.compare([r.run_id])))
 
 

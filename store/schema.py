@@ -21,7 +21,7 @@ from sqlite_utils.migrations import Migrations
 from store.errors import StoreError, StoreVersionError
 from store.samples import add_declared_columns
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The newest schema this infer-top writes and reads."""
 
 APPLICATION_ID = 0x69746F70  # "itop": marks a file as an infer-top store
@@ -264,6 +264,34 @@ def _v5_run_status_reason(db: Database) -> None:
     # "stopped by SIGTERM"), for `runs list` and the TUI (store.recorder).
     db.execute("ALTER TABLE runs ADD COLUMN status_reason TEXT")
     _set_version(db, 5)
+
+
+@MIGRATIONS(name="0006_alerts")
+def _v6_alerts(db: Database) -> None:
+    # Every alert raised (alerts.Alert, one row each, updated when it clears or is
+    # acknowledged), linked to the load run active where it was raised (store.alerts).
+    db.table("alerts").create(
+        {
+            "id": str,
+            "rule": str,
+            "title": str,
+            "severity": str,
+            "node": str,
+            "gpu_index": int,
+            "engine_id": str,
+            "value": float,
+            "message": str,
+            "raised_at": float,
+            "cleared_at": float,
+            "acked_at": float,
+            "run_id": str,
+        },
+        pk="id",
+        not_null={"rule", "severity", "node", "raised_at"},
+    )
+    db.table("alerts").create_index(["raised_at"])
+    db.table("alerts").create_index(["run_id"])
+    _set_version(db, 6)
 
 
 def file_version(conn: sqlite3.Connection) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 from runs.records import LevelSummary, RequestRecord
 from store import energy, maintenance, owner, queries
+from store.alerts import AlertsMixin
 from store.errors import StoreError, StoreWriteError
 from store.fleet import FleetMixin, dumps
 from store.models import (
@@ -53,7 +54,7 @@ def default_db_path() -> Path:
     return Path(base) / "infer-top" / "infer-top.db"
 
 
-class Store(FleetMixin):
+class Store(FleetMixin, AlertsMixin):
     def __init__(
         self,
         path: Path | str,

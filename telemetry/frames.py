@@ -67,6 +67,10 @@ class HostSample:
     load1: float | None = None
     load5: float | None = None
     load15: float | None = None
+    data_dir_used_bytes: int | None = None
+    """The disk holding the agent's state (data) dir: used and total bytes.  Optional
+    within protocol 1, like every field added after it."""
+    data_dir_total_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,10 @@ class EngineTelemetry:
     """Why this engine's values are missing or partial this interval (no answer, a page
     too big, a payload its dialect refuses); None when the scrape worked or none was due.
     Optional within protocol 1 (see the note on the control-plane messages)."""
+    exit_code: int | None = None
+    """A crashed engine's exit code, where its runtime knows it (optional, protocol 1)."""
+    last_log_line: str | None = None
+    """The engine's newest log line the agent kept (a failed start, a crash)."""
 
 
 @dataclass(frozen=True, slots=True)

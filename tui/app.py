@@ -13,15 +13,18 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
 
+from control.alerts import AlertCenter
 from control.config import Config
 from control.model import FleetModel
 from control.nodes import NodeHandle
 from control.services import Report, Services, describe_error
 from control.ssh_tunnel import SshTunnel, TunnelState
+from runs.events import RunEvent
 from telemetry import TelemetryFrame
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands
-from tui.screens.base import TABS, BaseScreen
+from tui.screens.alerts import AlertsScreen
+from tui.screens.base import ALERTS_KEY, TABS, BaseScreen
 from tui.screens.compare import CompareScreen
 from tui.screens.engine import EngineScreen
 from tui.screens.fleet import FleetScreen
@@ -38,8 +41,13 @@ SCREENS_BY_MODE: dict[str, type[BaseScreen]] = {
     "load": LoadScreen,
     "compare": CompareScreen,
     "history": HistoryScreen,
+    "alerts": AlertsScreen,
 }
-"""The app's modes (its 1-6 screens); each screen is built with the app as its host."""
+"""The app's modes (its 1-6 screens and the alerts on !); each screen is built with the
+app as its host."""
+
+NODE_CHECK_S = 1.0
+"""How often the node rule looks at every node's newest frame age."""
 
 RedrawListener = Callable[[list[float], float], None]
 
@@ -52,6 +60,13 @@ class InferTopApp(App[int]):
         *(
             Binding(key, f"switch_mode('{mode}')", title, key_display=key)
             for key, mode, title in TABS
+        ),
+        Binding(
+            "exclamation_mark",
+            "switch_mode('alerts')",
+            "Alerts",
+            key_display=ALERTS_KEY,
+            show=False,
         ),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
@@ -66,6 +81,7 @@ class InferTopApp(App[int]):
             (n.name, f"{n.url} (ssh {n.tunnel.destination})" if n.tunnel else n.url)
             for n in services.nodes
         )
+        self.alerts = AlertCenter(config.alerts, store=services.store, clock=services.clock)
         self.selected_node: str | None = services.nodes[0].name if services.nodes else None
         self._fleet_pending = False
         self._last_refresh = 0.0
@@ -90,6 +106,7 @@ class InferTopApp(App[int]):
 
     async def on_mount(self) -> None:
         await self.switch_mode("fleet")
+        self.set_interval(NODE_CHECK_S, self.check_nodes)
         for node in self.services.nodes:
             if node.tunnel is not None:
                 node.tunnel.subscribe(partial(self._tunnel_changed, node.name, node.tunnel))
@@ -156,6 +173,8 @@ class InferTopApp(App[int]):
     def ingest(self, node: str, frame: TelemetryFrame) -> None:
         """Feed one frame (the workers' path; tests and the benchmark call it too)."""
         self.model.ingest(node, frame, self.services.clock())
+        if self.model.nodes[node].frame is frame:  # not a duplicate after a reconnect
+            self.alerts.observe_frame(frame)
         if self._recording[node] and not frame.simulated and self.services.store is not None:
             # GPU energy during a load test: the store turns it into tok/J.  Replayed
             # GPUs are not recorded: their energy has nothing to do with the run.
@@ -163,6 +182,23 @@ class InferTopApp(App[int]):
         if self.redraw_listeners:
             self._arrivals.append(asyncio.get_running_loop().time())
         self._notify_fleet()
+
+    def check_nodes(self) -> None:
+        """The node rule: nodes whose frames stopped (also run by the tests)."""
+        if self.alerts.observe_nodes(self.model):
+            self._notify_fleet()
+
+    def observe_run(self, node: str, engine_id: str | None, event: RunEvent) -> None:
+        """A load run's progress event: alerts link to the run, its failures alert."""
+        if self.alerts.observe_run(node, engine_id, event):
+            self._notify_fleet()
+
+    def acknowledge(self, alert_id: str) -> None:
+        if self.alerts.acknowledge(alert_id) is not None:
+            self._notify_fleet()
+
+    def on_unmount(self) -> None:
+        self.alerts.close()
 
     def record_telemetry(self, node: str, on: bool) -> None:
         """Keep ``node``'s telemetry in the store while a load test runs against it."""
@@ -197,6 +233,7 @@ class InferTopApp(App[int]):
         if not self.is_running or not self._screen_stacks.get(self.current_mode):
             return
         if isinstance(self.screen, BaseScreen):  # not the help page over it
+            self.screen.refresh_header()
             self.screen.refresh_fleet()
         if self.redraw_listeners:
             arrivals, self._arrivals = self._arrivals, []

@@ -22,6 +22,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "control.engine_cli",  # engine
     "sim.cli",  # sim
     "store.cli",  # runs
+    "control.alerts_cli",  # alerts
 )
 
 EPILOG = """\
@@ -33,6 +34,7 @@ examples:
   infer-top engine swap 3fa2c1d0e9 --node h100-a --kind vllm --model Qwen/Qwen2.5-7B-Instruct
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
+  infer-top alerts --since 24h --json
 
 Config: $XDG_CONFIG_HOME/infer-top/config.toml   Data: $XDG_DATA_HOME/infer-top/infer-top.db
 """

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from alerts import Alert
 from runs.events import ProgressEvent
 from store import Comparison, LevelRow, RunInfo
 
@@ -77,3 +78,10 @@ class StartupProgress(Message):
     text: str
     fraction: float | None
     done: bool = False
+
+
+@dataclass
+class AlertsLoaded(Message, bubble=False):
+    """The past alerts, read from the store in a worker (or kept in memory without one)."""
+
+    alerts: list[Alert]

@@ -3,15 +3,17 @@ and Load test show them), shared by the screens so no screen imports another."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from rich.text import Text
 from textual.widgets import DataTable
 
+from alerts import Alert, Severity
 from control.model import NodeState, fmt, fmt_bytes, gauge, mem_pct, sparkline
 from telemetry import EngineTelemetry, GpuSample
-from tui.fasttable import Cell
+from tui.fasttable import Cell, Item
 
 Row = tuple[str, Sequence[Cell]]
 """(key, cells) of one table row."""
@@ -182,3 +184,37 @@ def when(ts: float | None) -> str:
     if ts is None:
         return "-"
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+ALERT_GLYPH = "▲"
+"""Marks a row with an active alert: a glyph as well as a colour (never colour only)."""
+
+V = TypeVar("V")
+
+
+def alert_style(alerts: Sequence[Alert]) -> str:
+    critical = any(a.severity is Severity.CRITICAL for a in alerts)
+    return "bold white on red" if critical else "bold black on yellow"
+
+
+def mark_row(cells: Sequence[Cell], alerts: Sequence[Alert]) -> tuple[Cell, ...]:
+    """``cells`` with the first one marked "▲ " when ``alerts`` has any."""
+    if not alerts:
+        return tuple(cells)
+    first = cells[0].plain if isinstance(cells[0], Text) else cells[0]
+    return (Text(f"{ALERT_GLYPH} {first}", style=alert_style(alerts)), *cells[1:])
+
+
+Marked = tuple[V, tuple[Alert, ...]]
+
+
+def with_alerts(
+    items: Sequence[Item[V]], alerts_of: Callable[[str], Sequence[Alert]], version: int
+) -> list[Item[Marked[V]]]:
+    """Table items with the active alerts of each row's key (their version moves too)."""
+    return [Item(i.key, (i.version, version), (i.value, tuple(alerts_of(i.key)))) for i in items]
+
+
+def marked(cells: Callable[[V], tuple[Cell, ...]]) -> Callable[[Marked[V]], tuple[Cell, ...]]:
+    """A FastTable cells function over ``with_alerts`` items."""
+    return lambda item: mark_row(cells(item[0]), item[1])

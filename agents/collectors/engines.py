@@ -155,6 +155,8 @@ class EngineScraper:
             "simulated": dep.simulated,
             "url": dep.url,
             "scrape_error": scrape.error,
+            "exit_code": dep.exit_code,
+            "last_log_line": dep.last_log_line,
         }
         if sample is None:
             return EngineTelemetry(**base)

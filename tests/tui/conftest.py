@@ -3,11 +3,13 @@ holding the simulated seed comparison, and apps built by the one factory."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from alerts import DEFAULT_RULES, AlertConfig
 from control.config import Config
 from control.demo_runs import simulate_seed_table
 from control.services import Services
@@ -70,8 +72,16 @@ def frozen_services(**overrides: object) -> Services:
     return Services(**values)  # type: ignore[arg-type]
 
 
-def frozen_app(services: Services | None = None) -> InferTopApp:
-    return create_app(Config(refresh_s=0.05), services=services or frozen_services())
+QUIET = AlertConfig(
+    rules={name: dataclasses.replace(rule, enabled=False) for name, rule in DEFAULT_RULES.items()}
+)
+"""No rule evaluated: the replayed H200 is power-capped for 13 s of each lap, and a
+screen's own snapshot pins that screen; the alerts' snapshots pin the alerts."""
+
+
+def frozen_app(services: Services | None = None, alerts: AlertConfig = QUIET) -> InferTopApp:
+    config = Config(refresh_s=0.05, alerts=alerts)
+    return create_app(config, services=services or frozen_services())
 
 
 @pytest.fixture

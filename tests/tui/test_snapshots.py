@@ -297,3 +297,41 @@ def test_an_estimated_full_kv_cache_fits_its_engine_column() -> None:
     kv = engine_cells((NodeState("n"), engine))[5]
     width = dict(ENGINE_COLUMNS)["KV cache"]
     assert kv.endswith(" 100%~") and len(kv) <= width
+
+
+def _alerting_app() -> InferTopApp:
+    from alerts import parse_alert_config
+
+    config = parse_alert_config({"rules": {"power_throttled": {"hold_s": 3}}})
+    return frozen_app(alerts=config)
+
+
+def test_fleet_with_alerts(snap_compare: Any) -> None:
+    """The badge in the header and the marked node and GPU rows: the replayed H200s
+    at their 700 W cap (glyph and word, not colour only)."""
+    app = _alerting_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=2, gpus=2, seconds=20)
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_alerts_screen(snap_compare: Any) -> None:
+    """Active alerts (one acknowledged) and a past one, with times, targets and values."""
+    app = _alerting_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        feed(app, nodes=1, gpus=2, seconds=40)  # raised at 16 s, cleared at 32 s
+        feed(app, nodes=2, gpus=2, seconds=20)
+        await settle(pilot, app)
+        await pilot.press("exclamation_mark")
+        await settle(pilot, app)
+        await pilot.press("a")
+        await wait_until(
+            pilot, lambda: app.screen.query_one("#past", DataTable).row_count >= 2, "past rows"
+        )
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)

@@ -11,8 +11,10 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from control.alerts import AlertCenter
 from control.model import FleetModel
 from control.services import Services
+from runs.events import RunEvent
 
 # (key, mode, title): both the tabs line and the app's 1-6 bindings read it
 TABS: tuple[tuple[str, str, str], ...] = (
@@ -35,21 +37,40 @@ class ScreenHost(Protocol):
     @property
     def model(self) -> FleetModel: ...
 
+    @property
+    def alerts(self) -> AlertCenter: ...
+
     selected_node: str | None
     """The node the Node screen shows (and the Engines screen offers first)."""
 
     def open_node(self, name: str) -> None: ...
 
+    def observe_run(self, node: str, engine_id: str | None, event: RunEvent) -> None:
+        """Hand a load run's progress event to the alert rules."""
+
+    def acknowledge(self, alert_id: str) -> None:
+        """Silence an active alert (it stays listed, the badge stops counting it)."""
+
     def record_telemetry(self, node: str, on: bool) -> None:
         """Keep ``node``'s telemetry in the store (on) or stop (off): a load test runs."""
 
 
-def tabs_line(current: str) -> Text:
+ALERTS_KEY = "!"
+
+
+def tabs_line(current: str, alerts: int = 0, critical: bool = False) -> Text:
+    """The tabs and, while alerts are active and not acknowledged, their badge."""
     line = Text(" infer-top ", style="bold reverse")
     for key, mode, title in TABS:
         style = "bold reverse cyan" if mode == current else "dim"
         line.append(" ")
         line.append(f" {key} {title} ", style=style)
+    if alerts:
+        line.append("  ")
+        style = "bold white on red" if critical else "bold black on yellow"
+        plural = "s" if alerts > 1 else ""
+        line.append(f" ▲ {alerts} alert{plural} ", style=style)
+        line.append(f" {ALERTS_KEY} to list", style="dim")
     return line
 
 
@@ -59,9 +80,10 @@ class BaseScreen(Screen[None]):
     def __init__(self, top: ScreenHost) -> None:
         super().__init__()
         self.top = top
+        self._shown_badge = (0, False)
 
     def compose(self) -> ComposeResult:
-        yield Static(tabs_line(self.MODE), id="tabs")
+        yield Static(self._tabs(), id="tabs")
         banner = self.top.services.banner
         if banner:
             yield Static(banner, id="banner")
@@ -72,7 +94,21 @@ class BaseScreen(Screen[None]):
         yield from ()
 
     def on_screen_resume(self) -> None:
+        self.refresh_header()
         self.refresh_fleet()
+
+    def _badge(self) -> tuple[int, bool]:
+        pending = self.top.alerts.unacknowledged
+        return len(pending), any(a.severity == "critical" for a in pending)
+
+    def _tabs(self) -> Text:
+        self._shown_badge = self._badge()
+        return tabs_line(self.MODE, *self._shown_badge)
+
+    def refresh_header(self) -> None:
+        """Redraw the tabs line when the alerts badge changed (every redraw asks)."""
+        if self._badge() != self._shown_badge:
+            self.query_one("#tabs", Static).update(self._tabs())
 
     def refresh_fleet(self) -> None:
         """Redraw from the fleet model (called at most every refresh_s)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar, TypeVar
 
 from rich.text import Text
@@ -9,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
+from alerts import Alert
 from control.model import (
     NodeState,
     NodeStatus,
@@ -25,12 +27,18 @@ from tui.widgets import (
     engine_items,
     gpu_cells,
     gpu_items,
+    mark_row,
+    marked,
+    with_alerts,
 )
 
 STALE_AFTER_S = 5.0
 
 
-def status_cell(node: NodeState, now: float) -> Text:
+def status_cell(node: NodeState, now: float, alerts: int = 0) -> Text:
+    if alerts and node.status is NodeStatus.OK:
+        # the word as well as the row's glyph and colour: the status says why it is marked
+        return Text(f"{alerts} alert{'s' if alerts > 1 else ''}", style="bold red")
     if node.status is NodeStatus.ERROR:
         return Text("ERROR", style="bold white on red")
     if node.status is NodeStatus.CONNECTING:
@@ -98,6 +106,13 @@ def node_items(nodes: list[NodeState], now: float) -> list[Item[NodeItem]]:
     ]
 
 
+def _node_row(item: tuple[NodeItem, tuple[Alert, ...]]) -> tuple[Cell, ...]:
+    (node, now), alerts = item
+    cells = list(node_cells((node, now)))
+    cells[1] = status_cell(node, now, len(alerts))
+    return mark_row(cells, alerts)
+
+
 V = TypeVar("V")
 
 
@@ -119,12 +134,12 @@ class FleetScreen(FilteredScreen):
             placeholder="filter nodes, GPUs, engines (esc clears)", id="filter", classes="hidden"
         )
         yield Static("Nodes", classes="section")
-        yield FastTable(NODE_COLUMNS, node_cells, id="nodes")
+        yield FastTable(NODE_COLUMNS, _node_row, id="nodes")
         yield Static("", id="node-errors", classes="hidden")
         yield Static("GPUs", classes="section")
-        yield FastTable(GPU_COLUMNS, gpu_cells, id="gpus")
+        yield FastTable(GPU_COLUMNS, marked(gpu_cells), id="gpus")
         yield Static("Engines", classes="section")
-        yield FastTable(ENGINE_COLUMNS, engine_cells, id="engines")
+        yield FastTable(ENGINE_COLUMNS, marked(engine_cells), id="engines")
 
     def on_mount(self) -> None:
         self.refresh_fleet()
@@ -144,7 +159,21 @@ class FleetScreen(FilteredScreen):
     def refresh_fleet(self) -> None:
         nodes = self._filtered()
         now = self.top.services.clock()
-        self.query_one("#nodes", FastTable).set_items(node_items(nodes, now))
+        center = self.top.alerts
+        marks = {n.name: center.marks(n.name) for n in nodes}
+
+        def on_node(key: str) -> list[Alert]:
+            return [a for found in marks.get(key, {}).values() for a in found]
+
+        def on_target(target: str) -> Callable[[str], list[Alert]]:
+            def alerts_of(key: str) -> list[Alert]:
+                node, _, rest = key.partition("/")
+                return marks.get(node, {}).get(target.format(rest), [])
+
+            return alerts_of
+
+        nodes_table = self.query_one("#nodes", FastTable)
+        nodes_table.set_items(with_alerts(node_items(nodes, now), on_node, center.version))
         errors = [f"{n.name}: {node_note(n, now)}" for n in nodes if n.status is NodeStatus.ERROR]
         box = self.query_one("#node-errors", Static)
         box.set_class(not errors, "hidden")
@@ -153,8 +182,11 @@ class FleetScreen(FilteredScreen):
         )
         if str(box.render()) != text:
             box.update(Text(text, style="bold red"))
-        self.query_one("#gpus", FastTable).set_items(versioned(gpu_items(nodes)))
-        self.query_one("#engines", FastTable).set_items(versioned(engine_items(nodes)))
+        gpus = with_alerts(versioned(gpu_items(nodes)), on_target("gpu{}"), center.version)
+        self.query_one("#gpus", FastTable).set_items(gpus)
+        engines = versioned(engine_items(nodes))
+        marked_engines = with_alerts(engines, on_target("engine {}"), center.version)
+        self.query_one("#engines", FastTable).set_items(marked_engines)
 
     def action_clear_filter(self) -> None:
         super().action_clear_filter()

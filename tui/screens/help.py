@@ -15,7 +15,7 @@ HELP_TEXT = """\
 
   [b]1[/b] Fleet   [b]2[/b] Node   [b]3[/b] Engines
   [b]4[/b] Load test   [b]5[/b] Compare   [b]6[/b] History
-  [b]?[/b] help   [b]q[/b] quit   [b]:[/b] / [b]ctrl+p[/b] commands
+  [b]![/b] alerts   [b]?[/b] help   [b]q[/b] quit   [b]:[/b] / [b]ctrl+p[/b] commands
   [b]/[/b] filter   [b]esc[/b] close
   [b]enter[/b] open the selected node / run
 
@@ -25,6 +25,7 @@ HELP_TEXT = """\
   Load test  r: run the profile against the target engine (saved to the store)
   Compare    space: pick runs   m / c / j: export markdown / csv / json
   History    enter / o: open   d: delete   e: export markdown
+  Alerts     a: acknowledge (silence) the selected alert; the header counts the rest
 
 Values a device or engine does not report are shown as n/a, never 0.
 Engines marked SIM are simulated; replayed GPU telemetry says "replay".

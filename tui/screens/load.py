@@ -221,6 +221,7 @@ class LoadScreen(BaseScreen):
         self.top.record_telemetry(request.node, True)
         try:
             async for event in services.load_runner(request, recorder):
+                self.top.observe_run(request.node, request.engine_id, event)
                 self.post_message(LoadProgress(event))
             recorder.abandon("the load test ended without a result")
         except Exception as exc:

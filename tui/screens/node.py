@@ -21,11 +21,13 @@ from tui.fasttable import Cell
 from tui.messages import LogLine
 from tui.screens.base import BaseScreen
 from tui.widgets import (
+    ALERT_GLYPH,
     ENGINE_COLUMNS,
     Columns,
     Row,
     add_fixed_columns,
     engine_rows,
+    mark_row,
     selected_key,
     sync_table,
 )
@@ -138,12 +140,21 @@ class NodeScreen(BaseScreen):
         if frame is not None:
             label += f"  ({frame.platform}{', replayed telemetry' if frame.simulated else ''}"
             label += f", {len(frame.gpus)} GPU(s))"
+        marks = self.top.alerts.marks(node.name)
+        found = [a for alerts in marks.values() for a in alerts]
+        if found:
+            shown = ", ".join(f"{a.title} ({a.target or 'node'})" for a in found[:3])
+            state += f" {ALERT_GLYPH} {len(found)} alert{'s' if len(found) > 1 else ''}: {shown}"
         title.update(f"{label}  {state}".rstrip())
         for chart_id, chart_title, field, ymax in CHARTS:
             self.query_one(f"#chart-{chart_id}", Chart).show(
                 chart_data(chart_title, field, ymax, node.gpu_history)
             )
-        sync_table(self.query_one("#node-engines", DataTable), engine_rows([node]))
+        rows = [
+            (key, mark_row(cells, marks.get(f"engine {key.split('/', 1)[1]}", [])))
+            for key, cells in engine_rows([node])
+        ]
+        sync_table(self.query_one("#node-engines", DataTable), rows)
         sync_table(self.query_one("#gpu-processes", DataTable), process_rows(node))
 
     def action_cycle(self, step: int) -> None:
