@@ -26,7 +26,9 @@ async def kv_capacity_check(
     runtime: Runtime,
     session: aiohttp.ClientSession,
     gpu_mem_bytes: Mapping[int, int],
+    platform: str,
 ) -> KvCapacity:
+    """``platform``: the node's engine platform (``cpu``: its engines run without a GPU)."""
     spec = get_spec(dep.kind)
     reported: int | None = None
     source = f"{spec.display_name} states no KV capacity infer-top reads"
@@ -55,7 +57,7 @@ async def kv_capacity_check(
             source = "start-up log"
     mems = [gpu_mem_bytes[g] for g in dep.gpu_ids if g in gpu_mem_bytes]
     estimated, basis = estimated_kv_capacity(
-        dep.kind, launch_config(dep.config), min(mems) if mems else None
+        dep.kind, launch_config(dep.config), min(mems) if mems else None, on_cpu=platform == "cpu"
     )
     return KvCapacity(
         reported_tokens=reported,

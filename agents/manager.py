@@ -357,7 +357,7 @@ class EngineManager:
         await self._learn_version(dep)
         if not dep.simulated:  # every real start checks the fit estimator
             dep.kv_capacity = await kv_capacity_check(
-                dep, self.runtime_for(dep), self.session, self.gpu_mem_bytes
+                dep, self.runtime_for(dep), self.session, self.gpu_mem_bytes, self.platform
             )
         return True
 

@@ -185,14 +185,17 @@ def estimate_fit(
 
 
 def estimated_kv_capacity(
-    kind: str, cfg: LaunchConfig, gpu_mem_total_bytes: int | None = None
+    kind: str, cfg: LaunchConfig, gpu_mem_total_bytes: int | None = None, *, on_cpu: bool = False
 ) -> tuple[int | None, str]:
-    """The estimator's KV capacity for this launch (tokens), or None with the reason."""
+    """The estimator's KV capacity for this launch (tokens), or None with the reason.
+    ``on_cpu``: the engine runs without a GPU (a CPU build)."""
     rule = get_spec(kind).memory
     if rule.fraction is None:  # cells allocated up front: context x concurrent sequences
         if cfg.context_len is None:
             return None, "no context_len: the engine takes the model's own"
         return cfg.context_len * (cfg.max_num_seqs or 1), "context_len x sequences"
+    if on_cpu:  # a CPU build sizes its KV pool from its own setting (vLLM: KV_CACHE_GIB)
+        return None, "the engine runs on the CPU: the fit estimator sizes KV in GPU memory only"
     shape = KNOWN_MODELS.get(cfg.model.rstrip("/").rsplit("/", 1)[-1])
     if shape is None:
         return None, f"the estimator knows no shape for {cfg.model!r}"

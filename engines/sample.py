@@ -58,7 +58,9 @@ class EngineSample:
     """Tokens decoded so far by requests still running (llama.cpp ``/slots``)."""
     preemptions_total: float | None = None
     prefix_cache_hit_rate: float | None = None
-    """Fraction 0–1 of prompt tokens served from the prefix cache."""
+    """Fraction 0–1 of prompt tokens served from the prefix cache since the engine
+    started (its hit / query counters, or the gauge it computes itself); None where it
+    reports none or has looked no prompt up (vLLM with prefix caching off)."""
     ttft: HistogramSummary | None = None
     inter_token_latency: HistogramSummary | None = None
     e2e_latency: HistogramSummary | None = None

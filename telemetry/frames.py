@@ -94,6 +94,8 @@ class EngineTelemetry:
     itl_p50_s: float | None = field(default=None, metadata=stored())
     preemptions_total: float | None = None
     prefix_cache_hit_rate: float | None = None
+    """Share 0..1 of prompt tokens the prefix cache served since the engine started; None:
+    no lookup yet, or none at all (prefix caching off)."""
     scrape_error: str | None = None
     """Why this engine's values are missing or partial this interval (no answer, a page
     too big, a payload its dialect refuses); None when the scrape worked or none was due.

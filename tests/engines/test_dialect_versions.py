@@ -72,6 +72,18 @@ def test_each_version_table_finds_what_that_version_exports(
     assert missing == absent & declared, (kind, version, found)
 
 
+def test_vllm_cpu_prefix_hit_rate_is_hits_over_queried_tokens_since_start() -> None:
+    # vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total, both counted from
+    # the engine's start: 160 of 560 tokens after the load, nothing looked up when idle
+    spec = get_spec("vllm")
+    after = spec.parse_metrics(
+        (CPU_032 / "metrics-after-load-smallkv.txt").read_text(), version="0.32.0"
+    )
+    assert after.prefix_cache_hit_rate == pytest.approx(160 / 560)
+    idle = spec.parse_metrics((CPU_032 / "metrics-idle.txt").read_text(), version="0.32.0")
+    assert idle.prefix_cache_hit_rate is None
+
+
 def test_vllm_cpu_capture_reads_kv_waiting_and_preemptions_under_load() -> None:
     page = (CPU_032 / "metrics-during-load-smallkv.txt").read_text()
     s = get_spec("vllm").parse_metrics(page, version="0.32.0")

@@ -72,3 +72,15 @@ def test_the_estimate_for_a_launch() -> None:
     assert (tokens, basis) == (fit.kv_capacity_tokens, "fit estimator")
     assert estimated_kv_capacity("vllm", vllm)[1] == "no GPU memory figure for the engine's GPUs"
     assert "no shape" in estimated_kv_capacity("vllm", LaunchConfig(model="x"), GIB)[1]
+
+
+def test_a_cpu_engine_gets_no_gpu_estimate_and_is_told_why() -> None:
+    # vLLM's CPU build sizes its KV pool from its own setting: GPU memory says nothing
+    vllm = LaunchConfig(model="meta-llama/Llama-3.1-8B")
+    assert estimated_kv_capacity("vllm", vllm, on_cpu=True) == (
+        None,
+        "the engine runs on the CPU: the fit estimator sizes KV in GPU memory only",
+    )
+    # llama.cpp allocates its cells up front, on the CPU as on a GPU
+    cells = LaunchConfig(model="/m/tiny.gguf", context_len=100, max_num_seqs=3)
+    assert estimated_kv_capacity("llamacpp", cells, on_cpu=True) == (300, "context_len x sequences")

@@ -1,10 +1,17 @@
 """The rig's two real engines behind one real agent process, in one scenario per test
-session: vLLM's CPU build takes about a minute to start on 2 cores, so it starts once.
+session: vLLM's CPU build takes about a minute to start on 2 cores, so it starts only
+the twice that prefix caching off and on need.
 
 The scenario, all through the agent's API with its Compose runtime: llama.cpp starts
 and runs the sweep; a swap replaces it with vLLM (a small KV budget: 20 blocks of 32
-tokens), which runs the same sweep while the test reads the agent's telemetry stream;
-a swap brings llama.cpp back.  The tests then check what the scenario saw.
+tokens, prefix caching off), which runs the same sweep and then a shared-prefix load
+while the test reads the agent's telemetry stream; a swap restarts vLLM with prefix
+caching on for the same shared-prefix load, watched the same way; a swap brings
+llama.cpp back.  The tests then check what the scenario saw.
+
+Caching off comes first because vLLM's prefix-cache counters count from the engine's
+start: the "on" engine runs the shared-prefix load alone, so its hit rate is that
+load's, and the "off" engine shows that neither the sweep nor the load looked up any.
 """
 
 from __future__ import annotations
@@ -12,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +35,7 @@ import pytest
 from agents.client import AgentClient
 from agents.protocol import AgentEvent, EngineInfo
 from control.noderuns import run_on_node
+from engines.dialects.prom import parse_prometheus
 from loadgen.profiles import LoadSpec, concurrency_sweep
 from loadgen.workload import Workload
 from runs.events import RunFinished
@@ -48,6 +57,12 @@ agent's frames (4 a second) catch the full cache and the queue more than once.""
 WORKLOAD = Workload(input_len=24, output_len=96, seed=7)
 """Prompt + answer stay well inside --max-model-len 512 even where the tiny tokenizer
 spends several tokens per word."""
+PREFIX_LOAD = LoadSpec(levels=concurrency_sweep([1]), requests_per_level=4, seed=7)
+"""One stream: each request finds the blocks the one before it left in the cache."""
+PREFIX_WORKLOAD = Workload(input_len=8, output_len=16, shared_prefix_len=140, seed=7)
+"""140 words the tiny tokenizer makes ~230 tokens, with the chat template: 7 full blocks
+of 32 every request shares (vLLM caches whole blocks only), ~245-token prompts and 16
+answer tokens: 9 of the 20 blocks, well inside --max-model-len 512."""
 
 
 def llama_config(rig: Rig) -> dict[str, Any]:
@@ -55,12 +70,13 @@ def llama_config(rig: Rig) -> dict[str, Any]:
             "context_len": 512}  # fmt: skip
 
 
-def vllm_config(rig: Rig) -> dict[str, Any]:
+def vllm_config(rig: Rig, *, prefix_caching: bool) -> dict[str, Any]:
     return {
         "model": "/models/tiny",
         "image": rig.vllm_image,
         "context_len": 512,
         "max_num_seqs": 16,
+        "prefix_caching": prefix_caching,
         "extra_args": ["--num-gpu-blocks-override", str(KV_BLOCKS)],
     }
 
@@ -74,15 +90,36 @@ class Swap:
 
 
 @dataclass(frozen=True)
+class PrefixCounters:
+    """vLLM's own prefix-cache counters after a shared-prefix load (its /metrics)."""
+
+    hits_tokens: float | None
+    queries_tokens: float | None
+    enabled: str | None
+    """``enable_prefix_caching`` as vllm:cache_config_info states it ("True"/"False")."""
+
+
+@dataclass(frozen=True)
 class Scenario:
     node: str
     llama_run_id: str
     vllm_run_id: str
+    """The sweep on vLLM (prefix caching off)."""
+    prefix_off_run_id: str
+    prefix_on_run_id: str
     db: Path
     to_vllm: Swap
+    to_vllm_cached: Swap
+    """vLLM restarted with prefix caching on."""
     to_llama: Swap
     vllm_frames: tuple[EngineTelemetry, ...]
-    """The vLLM engine's telemetry, one per frame, from before its sweep to after it."""
+    """vLLM's telemetry with prefix caching off, one per frame, from before its sweep to
+    after its shared-prefix load."""
+    cached_frames: tuple[EngineTelemetry, ...]
+    """vLLM's telemetry with prefix caching on, from before its shared-prefix load to
+    after it."""
+    off_counters: PrefixCounters
+    on_counters: PrefixCounters
     events: tuple[AgentEvent, ...]
 
 
@@ -164,11 +201,37 @@ async def served_model(client: AgentClient, engine_id: str) -> str:
         return str((await resp.json())["data"][0]["id"])
 
 
-async def sweep(client: AgentClient, engine_id: str, db_store: Any) -> str:
-    """The sweep, generated on the node, recorded into the store; the run's id."""
+async def prefix_counters(client: AgentClient, engine_id: str) -> PrefixCounters:
+    """The engine's prefix-cache counters and setting, read through the agent's proxy."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(
+            f"{client.base_url}/v1/engines/{engine_id}/proxy/metrics",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        ) as resp,
+    ):
+        page = await resp.text()
+    table = parse_prometheus(page, what="vLLM metrics")
+    enabled = re.search(r'^vllm:cache_config_info\{[^}]*enable_prefix_caching="(\w+)"', page, re.M)
+    return PrefixCounters(
+        hits_tokens=table.total(("vllm:prefix_cache_hits_total",)),
+        queries_tokens=table.total(("vllm:prefix_cache_queries_total",)),
+        enabled=enabled[1] if enabled else None,
+    )
+
+
+async def run_load(
+    client: AgentClient,
+    engine_id: str,
+    db_store: Any,
+    spec: LoadSpec = SWEEP,
+    workload: Workload = WORKLOAD,
+) -> str:
+    """A load (the sweep unless told), generated on the node, recorded into the store;
+    the run's id."""
     recorder = RunRecorder(db_store)
     model = await served_model(client, engine_id)
-    events = run_on_node(client, engine_id, SWEEP, WORKLOAD, recorder, model=model, origin="bench")
+    events = run_on_node(client, engine_id, spec, workload, recorder, model=model, origin="bench")
     last = None
     async with contextlib.aclosing(events):
         async for event in events:
@@ -189,32 +252,59 @@ async def watch(client: AgentClient, engine_id: str, into: list[EngineTelemetry]
         into.extend(e for e in frame.engines if e.id == engine_id)
 
 
+@contextlib.asynccontextmanager
+async def watching(client: AgentClient, engine_id: str) -> AsyncIterator[list[EngineTelemetry]]:
+    """The engine's telemetry, frame by frame, from its first scrape (so the load starts
+    on an engine seen idle) until a frame shows it idle again after the body."""
+    frames: list[EngineTelemetry] = []
+    watcher = asyncio.create_task(watch(client, engine_id, frames))
+    try:
+        await apoll_until(
+            lambda: frames[-1] if frames else None,
+            "the engine's first scraped frame",
+            done=lambda e: e is not None and e.kv_cache_usage is not None,
+            timeout_s=30,
+        )
+        yield frames
+        # the engine's own view once the load is over: nothing left running
+        await apoll_until(
+            lambda: frames[-1] if frames else None,
+            "a frame with the engine idle after the load",
+            done=lambda e: e is not None and e.requests_running == 0,
+            timeout_s=30,
+        )
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
 async def run_scenario(agent: AgentProcess, rig: Rig, db: Path) -> Scenario:
     store = open_store(db)
     try:
         async with AgentClient(agent.url, TOKEN) as client:
             llama = await client.start("llamacpp", llama_config(rig))
             assert llama.health == "healthy", llama.message
-            llama_run = await sweep(client, llama.id, store)
+            llama_run = await run_load(client, llama.id, store)
 
-            to_vllm = await swap(client, llama.id, "vllm", vllm_config(rig))
+            config = vllm_config(rig, prefix_caching=False)
+            to_vllm = await swap(client, llama.id, "vllm", config)
             assert to_vllm.engine.health == "healthy", to_vllm.engine.message
-            frames: list[EngineTelemetry] = []
-            watcher = asyncio.create_task(watch(client, llama.id, frames))
-            try:
-                await apoll_until(lambda: frames, "vLLM's first frame", timeout_s=30)
-                vllm_run = await sweep(client, llama.id, store)
-                # the engine's own view once the sweep is over: nothing left running
-                await apoll_until(
-                    lambda: frames[-1] if frames else None,
-                    "a frame with vLLM idle after the sweep",
-                    done=lambda e: e is not None and e.requests_running == 0,
-                    timeout_s=30,
+            async with watching(client, llama.id) as frames:
+                vllm_run = await run_load(client, llama.id, store)
+                prefix_off_run = await run_load(
+                    client, llama.id, store, PREFIX_LOAD, PREFIX_WORKLOAD
                 )
-            finally:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+            off_counters = await prefix_counters(client, llama.id)
+
+            config = vllm_config(rig, prefix_caching=True)
+            to_vllm_cached = await swap(client, llama.id, "vllm", config)
+            assert to_vllm_cached.engine.health == "healthy", to_vllm_cached.engine.message
+            async with watching(client, llama.id) as cached_frames:
+                prefix_on_run = await run_load(
+                    client, llama.id, store, PREFIX_LOAD, PREFIX_WORKLOAD
+                )
+            on_counters = await prefix_counters(client, llama.id)
 
             to_llama = await swap(client, llama.id, "llamacpp", llama_config(rig))
             assert to_llama.engine.health == "healthy", to_llama.engine.message
@@ -225,10 +315,16 @@ async def run_scenario(agent: AgentProcess, rig: Rig, db: Path) -> Scenario:
         node=agent.node,
         llama_run_id=llama_run,
         vllm_run_id=vllm_run,
+        prefix_off_run_id=prefix_off_run,
+        prefix_on_run_id=prefix_on_run,
         db=db,
         to_vllm=to_vllm,
+        to_vllm_cached=to_vllm_cached,
         to_llama=to_llama,
         vllm_frames=tuple(frames),
+        cached_frames=tuple(cached_frames),
+        off_counters=off_counters,
+        on_counters=on_counters,
         events=tuple(events),
     )
 

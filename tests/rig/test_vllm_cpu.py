@@ -1,7 +1,8 @@
 """vLLM's CPU build, the rig's second real engine, driven through a real agent (the
 session's scenario, tests/rig/conftest.py): its telemetry while a small KV cache runs
-full, swaps to and from llama.cpp with their time, and the same sweep on both engines
-side by side as the Compare screen and the export show it."""
+full, its KV capacity beside the fit estimator's, swaps to and from llama.cpp with their
+time, the same sweep on both engines side by side as the Compare screen and the export
+show it, and a shared-prefix load with prefix caching off and on."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from control.services import Services
 from store import open_store
 from tests.agents.test_server import swap_times
 
-from .conftest import Scenario
+from .conftest import KV_BLOCKS, Scenario
 
 pytestmark = pytest.mark.docker
 
@@ -49,24 +50,26 @@ def test_vllm_telemetry_shows_kv_queue_latency_and_preemptions_under_load(
 def test_swaps_between_llamacpp_and_vllm_keep_the_port_and_say_their_time(
     scenario: Scenario,
 ) -> None:
-    took_s = {}
-    for swap, old, new in (
+    swaps = (
         (scenario.to_vllm, "llamacpp", "vllm"),
+        (scenario.to_vllm_cached, "vllm", "vllm"),  # prefix caching off -> on: a restart
         (scenario.to_llama, "vllm", "llamacpp"),
-    ):
+    )
+    took_s = []
+    for swap, old, new in swaps:
         engine = swap.engine
         assert (engine.kind, engine.health) == (new, "healthy")
         assert engine.port == scenario.to_vllm.engine.port  # clients keep their URL
         kinds_from, kinds_to, took, down, up = swap_times(engine.message)
         assert (kinds_from, kinds_to) == (old, new)
         assert 0 < down <= took <= swap.wall_s + 0.05 and up > 0  # the message rounds to 0.1 s
-        took_s[new] = took
+        took_s.append(took)
     swapped = [e.message for e in scenario.events if e.kind == "swapped"]
-    assert len(swapped) == 2
-    assert scenario.to_vllm.engine.message in swapped[0]
-    assert scenario.to_llama.engine.message in swapped[1]
-    # vLLM loads torch and profiles its engine first: its swap is the slow one
-    assert took_s["vllm"] > took_s["llamacpp"]
+    assert len(swapped) == len(swaps)
+    for (swap, _, _), message in zip(swaps, swapped, strict=True):
+        assert swap.engine.message in message
+    # vLLM loads torch and profiles its engine first: its swaps are the slow ones
+    assert min(took_s[:2]) > took_s[2]
 
 
 def test_the_same_sweep_on_both_engines_compares_side_by_side(
@@ -98,3 +101,69 @@ def test_the_same_sweep_on_both_engines_compares_side_by_side(
         ("llamacpp", "2"), ("llamacpp", "8"), ("vllm", "2"), ("vllm", "8"),
     ]  # fmt: skip
     assert "llamacpp" in markdown and "vllm" in markdown
+
+
+def test_kv_capacity_vllm_reports_is_stored_beside_the_estimate(scenario: Scenario) -> None:
+    kv = scenario.to_vllm.engine.kv_capacity  # the agent's engine info, as the TUI shows it
+    assert kv is not None
+    # vllm:cache_config_info: --num-gpu-blocks-override 20 blocks of 32 tokens
+    assert (kv.reported_tokens, kv.source) == (KV_BLOCKS * 32, "/metrics")
+    # the CPU build's KV pool is its own setting, not GPU memory: no estimate, and why
+    assert kv.estimated_tokens is None and kv.difference_tokens is None
+    assert kv.estimate_basis == (
+        "the engine runs on the CPU: the fit estimator sizes KV in GPU memory only"
+    )
+    store = open_store(scenario.db)
+    try:
+        profile = store.get_run(scenario.vllm_run_id).profile
+    finally:
+        store.close()
+    assert profile["engine"]["kv_capacity"] == {
+        "reported_tokens": 640, "estimated_tokens": None, "difference_tokens": None,
+        "source": "/metrics", "estimate_basis": kv.estimate_basis,
+    }  # fmt: skip
+
+
+def test_prefix_cache_hits_show_with_caching_on_and_stay_none_with_it_off(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    off, on = scenario.off_counters, scenario.on_counters
+    # the typed option reached the engine: its own cache config says so
+    assert (off.enabled, on.enabled) == ("False", "True")
+    # off: vLLM looks nothing up, through the sweep and the shared-prefix load alike,
+    # so its telemetry has no hit rate to show (n/a, not a made-up 0)
+    assert (off.hits_tokens, off.queries_tokens) == (0, 0)
+    assert [f.prefix_cache_hit_rate for f in scenario.vllm_frames] == [None] * len(
+        scenario.vllm_frames
+    )
+    # on: after the first request, each of the other three finds the shared prefix's
+    # 7 whole blocks of 32 tokens in the cache
+    assert on.hits_tokens == 3 * 7 * 32 and on.queries_tokens is not None
+    frames = [f for f in scenario.cached_frames if f.kv_cache_usage is not None]
+    assert frames[0].prefix_cache_hit_rate is None  # a fresh engine: nothing looked up yet
+    # the agent's rate is the engine's counters since its start: hits / queried tokens
+    assert frames[-1].prefix_cache_hit_rate == pytest.approx(on.hits_tokens / on.queries_tokens)
+    assert 0.5 < on.hits_tokens / on.queries_tokens < 1
+
+    ids = [scenario.prefix_off_run_id, scenario.prefix_on_run_id]
+    store = open_store(scenario.db)
+    try:
+        table = comparison_table(store.compare(ids))
+        services = Services(store=store, exports_dir=tmp_path)
+        exported = export_comparison(services, ids, "csv").read_text()
+        markdown = export_comparison(services, ids, "md").read_text()
+    finally:
+        store.close()
+    assert table.columns[:2] == ("Engine", "@1")
+    assert [run_id for run_id, _ in table.rows] == ids
+    # each run by its name and its engine's options, on screen and in the export
+    labels = [
+        "vllm /models/tiny (prefix caching off, max seqs 16, ctx 512)",
+        "vllm /models/tiny (prefix caching on, max seqs 16, ctx 512)",
+    ]
+    assert [cells[0] for _, cells in table.rows] == labels
+    for _, cells in table.rows:
+        assert float(cells[1].replace(",", "")) > 0 and cells[4] == "0.0"
+    rows = list(csv.DictReader(io.StringIO(exported)))
+    assert [(r["run_id"], r["label"]) for r in rows] == list(zip(ids, labels, strict=True))
+    assert all(r["label"] in markdown for r in rows)
