@@ -10,16 +10,19 @@ server-side TTFT (20-40 ms, planned per request index) and the proxy's share is 
 in engine noise.  The project's load generator (``run_load``, closed loop, engine kind
 ``llamacpp`` as the control plane would drive it) runs in this process, alternately straight
 to the engine's URL (``direct``) and through ``<agent>/v1/engines/<id>/proxy/v1`` with the
-agent's token (``proxied``), in ``--rounds`` interleaved passes per stream count (the order
-flips every round), so machine noise hits both paths alike.
+agent's token (``proxied``, reusing its connections to the agent as the control plane
+does), and the same sweep run by the agent next to the engine, its records streamed back
+(``node-side``, ``control.noderuns.run_on_node``, the fleet's default), in ``--rounds``
+interleaved passes per stream count (the order flips every round), so machine noise hits
+every path alike.
 
 Per stream count and path: TTFT p50 / p99 and ITL p50 over all measured requests, *added*
-= proxied - direct for each percentile, and the *overhead* = median of (measured TTFT -
+= that path - direct for each percentile, and the *overhead* = median of (measured TTFT -
 the server's own TTFT for that request, from its ``/_truth`` log), which leaves out the
-planned TTFT spread.  Agent CPU: user+system seconds of the agent process during the
-proxied passes, per proxied request and as % of a core (the direct passes give its idle
-baseline: telemetry sampling, subtracted for the per-request figure).  Goal (issue 16):
-the proxy adds < 1 ms TTFT p50 at 64 streams.
+planned TTFT spread.  Agent CPU: user+system seconds of the agent process (node-side: with
+its load worker) during each path's passes, per request and as % of a core (the direct
+passes give its idle baseline: telemetry sampling, subtracted for the per-request figure).
+Goal (issue 16): the proxy adds < 1 ms TTFT p50 at 64 streams.
 """
 
 from __future__ import annotations
@@ -43,16 +46,20 @@ import psutil
 
 from agents.client import AgentClient
 from benchmarks.agent_bench import cpu_model, free_port
+from control.noderuns import run_on_node
 from loadgen import ClosedLoop, LoadSpec, MemorySink, Target, Workload, run_load
 from loadgen.process import run_in_new_loop
 from loadgen.stats import percentiles
+from runs.events import RunEvent
 from runs.records import RequestRecord
 
 TOKEN = "bench-token-0123456789abcdef"
 SCHED = Path(__file__).resolve().parent.parent / "tests" / "loadgen" / "sched_server.py"
 SERVER_ARGS = "--ttft-ms 20 --ttft-spread-ms 20 --itl-ms 20 --close-after-stream"
 WORKLOAD = Workload(input_len=24, output_len=8)
-PATHS = ("direct", "proxied")
+PATHS = ("direct", "proxied", "node-side")
+"""direct and proxied: the load generator runs here, the control plane's side; node-side:
+the agent runs it next to the engine and streams every record back (issue 16's default)."""
 
 
 @dataclass
@@ -83,16 +90,57 @@ def _truth(engine_url: str) -> dict[str, Any]:
     return data
 
 
+class _Records:
+    """The node-side run's records as they arrive here (what the control plane stores)."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+
+    def on_event(self, event: RunEvent, /) -> None:
+        if isinstance(event, RequestRecord):
+            self.records.append(event)
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    """User + system time of the agent and of its finished children (node-side workers)."""
+    t = proc.cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
+async def _workers_reaped(proc: psutil.Process, timeout_s: float = 30.0) -> None:
+    """A child's time joins the agent's once the agent has reaped it: wait for that, so a
+    node-side pass's worker is not billed to the pass after it."""
+    for _ in range(int(timeout_s / 0.05)):  # polled: a process's exit posts no event here
+        if not proc.children():
+            return
+        await asyncio.sleep(0.05)
+
+
 async def _pass(
-    target: Target, streams: int, requests: int, run_id: str, agent: psutil.Process
+    path: str,
+    target: Target,
+    streams: int,
+    requests: int,
+    run_id: str,
+    agent: psutil.Process,
+    node: tuple[AgentClient, str],
 ) -> tuple[list[RequestRecord], int, float, float]:
-    sink = MemorySink()
     spec = LoadSpec((ClosedLoop(streams),), requests_per_level=requests, warmup_requests=streams)
-    cpu0, t0 = agent.cpu_times(), time.perf_counter()
-    await run_load(spec, WORKLOAD, target, sink, run_id=run_id)
-    cpu1, wall = agent.cpu_times(), time.perf_counter() - t0
-    cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    return [r for r in sink.records if not r.warmup], len(sink.records), cpu, wall
+    cpu0, t0 = _cpu_s(agent), time.perf_counter()
+    if path == "node-side":
+        client, engine_id = node
+        got = _Records()
+        run = run_on_node(client, engine_id, spec, WORKLOAD, got, model=target.model)
+        async for _event in run:
+            pass
+        await _workers_reaped(agent)
+        records = got.records
+    else:
+        sink = MemorySink()
+        await run_load(spec, WORKLOAD, target, sink, run_id=run_id)
+        records = sink.records
+    cpu, wall = _cpu_s(agent) - cpu0, time.perf_counter() - t0
+    return [r for r in records if not r.warmup], len(records), cpu, wall
 
 
 async def measure(
@@ -137,8 +185,10 @@ async def measure(
                             "sched",
                             engine_kind="llamacpp",
                             api_key=TOKEN,
+                            through_proxy=True,  # as control.reach aims the control plane
                         ),
                     }
+                    targets["node-side"] = targets["direct"]  # the agent's worker aims there
                     for streams, total in zip(stream_counts, requests, strict=True):
                         per_pass = max(total // rounds, 1)
                         for r in range(rounds):
@@ -148,7 +198,13 @@ async def measure(
                                       file=sys.stderr)  # fmt: skip
                                 run_id = f"{path[0]}{streams}r{r}"
                                 recs, sent, cpu, wall = await _pass(
-                                    targets[path], streams, per_pass, run_id, proc
+                                    path,
+                                    targets[path],
+                                    streams,
+                                    per_pass,
+                                    run_id,
+                                    proc,
+                                    (client, engine.id),
                                 )
                                 res = results[(streams, path)]
                                 res.records += recs
@@ -196,7 +252,7 @@ def report(results: dict[tuple[int, str], PathResult], stream_counts: list[int])
             over = statistics.median(res.overhead_s) if res.overhead_s else None
             cpu_pct = 100 * res.agent_cpu_s / res.wall_s if res.wall_s else 0.0
             cpu = f"{cpu_pct:.1f} % of a core"
-            if path == "proxied" and res.sent:
+            if path != "direct" and res.sent:
                 direct = results[(streams, "direct")]
                 idle_cpu_s = direct.agent_cpu_s / direct.wall_s * res.wall_s if direct.wall_s else 0
                 per_request = (res.agent_cpu_s - idle_cpu_s) / res.sent
