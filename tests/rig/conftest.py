@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import subprocess
@@ -40,7 +41,7 @@ from loadgen.profiles import LoadSpec, concurrency_sweep
 from loadgen.workload import Workload
 from runs.events import RunFinished
 from store import RunRecorder, open_store
-from telemetry import EngineTelemetry
+from telemetry import EngineTelemetry, TelemetryFrame
 from tests.conftest import Rig
 from tests.ports import free_port
 from tests.waiting import apoll_until, poll_until
@@ -115,6 +116,9 @@ class Scenario:
     vllm_frames: tuple[EngineTelemetry, ...]
     """vLLM's telemetry with prefix caching off, one per frame, from before its sweep to
     after its shared-prefix load."""
+    vllm_node_frames: tuple[TelemetryFrame, ...]
+    """The same span as the node's frames (time stamped, only this engine in them): what
+    the control plane's alert rules read."""
     cached_frames: tuple[EngineTelemetry, ...]
     """vLLM's telemetry with prefix caching on, from before its shared-prefix load to
     after it."""
@@ -247,17 +251,28 @@ async def swap(client: AgentClient, engine_id: str, kind: str, config: dict[str,
     return Swap(engine, time.monotonic() - began)
 
 
-async def watch(client: AgentClient, engine_id: str, into: list[EngineTelemetry]) -> None:
+async def watch(
+    client: AgentClient,
+    engine_id: str,
+    into: list[EngineTelemetry],
+    whole: list[TelemetryFrame] | None = None,
+) -> None:
     async for frame in client.stream():
-        into.extend(e for e in frame.engines if e.id == engine_id)
+        mine = tuple(e for e in frame.engines if e.id == engine_id)
+        into.extend(mine)
+        if whole is not None and mine:
+            whole.append(dataclasses.replace(frame, engines=mine))
 
 
 @contextlib.asynccontextmanager
-async def watching(client: AgentClient, engine_id: str) -> AsyncIterator[list[EngineTelemetry]]:
+async def watching(
+    client: AgentClient, engine_id: str, whole: list[TelemetryFrame] | None = None
+) -> AsyncIterator[list[EngineTelemetry]]:
     """The engine's telemetry, frame by frame, from its first scrape (so the load starts
-    on an engine seen idle) until a frame shows it idle again after the body."""
+    on an engine seen idle) until a frame shows it idle again after the body; ``whole``
+    gets the node's frames themselves (time stamped, with only this engine)."""
     frames: list[EngineTelemetry] = []
-    watcher = asyncio.create_task(watch(client, engine_id, frames))
+    watcher = asyncio.create_task(watch(client, engine_id, frames, whole))
     try:
         await apoll_until(
             lambda: frames[-1] if frames else None,
@@ -290,7 +305,8 @@ async def run_scenario(agent: AgentProcess, rig: Rig, db: Path) -> Scenario:
             config = vllm_config(rig, prefix_caching=False)
             to_vllm = await swap(client, llama.id, "vllm", config)
             assert to_vllm.engine.health == "healthy", to_vllm.engine.message
-            async with watching(client, llama.id) as frames:
+            node_frames: list[TelemetryFrame] = []
+            async with watching(client, llama.id, node_frames) as frames:
                 vllm_run = await run_load(client, llama.id, store)
                 prefix_off_run = await run_load(
                     client, llama.id, store, PREFIX_LOAD, PREFIX_WORKLOAD
@@ -322,6 +338,7 @@ async def run_scenario(agent: AgentProcess, rig: Rig, db: Path) -> Scenario:
         to_vllm_cached=to_vllm_cached,
         to_llama=to_llama,
         vllm_frames=tuple(frames),
+        vllm_node_frames=tuple(node_frames),
         cached_frames=tuple(cached_frames),
         off_counters=off_counters,
         on_counters=on_counters,

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from alerts import AlertEngine, FrameRules, parse_alert_config
+from alerts.rules import FRAME_RULES
 from control.compare_view import comparison_table
 from control.exporting import export_comparison
 from control.services import Services
@@ -167,3 +169,36 @@ def test_prefix_cache_hits_show_with_caching_on_and_stay_none_with_it_off(
     rows = list(csv.DictReader(io.StringIO(exported)))
     assert [(r["run_id"], r["label"]) for r in rows] == list(zip(ids, labels, strict=True))
     assert all(r["label"] in markdown for r in rows)
+
+
+def test_a_full_kv_cache_on_the_real_engine_raises_the_alert_and_clears_after_the_load(
+    scenario: Scenario,
+) -> None:
+    """The control plane's alert rules over the node's real frames: vLLM's 20-block cache
+    fills under the 8-stream sweep and empties in the light shared-prefix load after it.
+    The hold-down is 1 s here (30 s by default: this sweep keeps the cache full for
+    seconds, not half a minute), the threshold the default."""
+    config = parse_alert_config({"rules": {"kv_cache_full": {"hold_s": 1}}})
+    rules, engine = FrameRules(config), AlertEngine(config)
+    changes = [
+        change
+        for frame in scenario.vllm_node_frames
+        for change in engine.update(frame.node, FRAME_RULES, rules.observe(frame), frame.ts)
+        if change.alert.rule == "kv_cache_full"
+    ]
+    kinds = [c.kind for c in changes]
+    seen = [(round(f.ts, 2), f.engines[0].kv_cache_usage) for f in scenario.vllm_node_frames]
+    assert kinds[:2] == ["raised", "cleared"], (kinds, seen)
+    raised, cleared = changes[0].alert, changes[1].alert
+    threshold = config.rule("kv_cache_full").threshold
+    assert threshold is not None and raised.value is not None and raised.value >= threshold
+    assert "KV cache" in raised.message and raised.engine_id == scenario.to_vllm.engine.id
+    # cleared once the cache had stayed below the threshold for the hold-down
+    assert cleared.cleared_at is not None
+    frames = scenario.vllm_node_frames
+    last_full = max(
+        f.ts
+        for f in frames
+        if f.ts < cleared.cleared_at and (f.engines[0].kv_cache_usage or 0) >= threshold
+    )
+    assert cleared.cleared_at >= last_full + 1
