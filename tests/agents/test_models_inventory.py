@@ -304,3 +304,74 @@ async def test_rm_removes_exactly_the_model_named_and_never_one_in_use(
     done = [e for e in audit if e["action"] == "model-remove" and e["outcome"] == "ok"]
     assert done[0]["path"] == str(models / "tiny.gguf")
     assert done[0]["size_bytes"] == size_of(tiny)
+
+
+def ollama_store(root: Path, gguf_file: Path) -> dict[str, Path]:
+    """Ollama's store under ``root/models``: two tags sharing the weights, each with a
+    config of its own (as ``ollama pull`` leaves them); the blob paths by role."""
+    base = root / "models"
+    (base / "blobs").mkdir(parents=True)
+
+    def blob(data: bytes) -> dict[str, object]:
+        digest = hashlib.sha256(data).hexdigest()
+        (base / "blobs" / f"sha256-{digest}").write_bytes(data)
+        return {"digest": f"sha256:{digest}", "size": len(data)}
+
+    weights = blob(gguf_file.read_bytes())
+    paths = {"weights": base / "blobs" / str(weights["digest"]).replace(":", "-")}
+    for tag in ("latest", "chat"):
+        config = blob(json.dumps({"tag": tag}).encode())
+        paths[tag] = base / "blobs" / str(config["digest"]).replace(":", "-")
+        manifest = {
+            "schemaVersion": 2,
+            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", **config},
+            "layers": [{"mediaType": "application/vnd.ollama.image.model", **weights}],
+        }
+        folder = base / "manifests" / "registry.ollama.ai" / "library" / "tiny"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / tag).write_text(json.dumps(manifest))
+    return paths
+
+
+async def test_ollama_tags_are_listed_and_rm_keeps_the_layers_another_tag_uses(
+    rig: object, make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    tiny: Path = rig.tiny_model  # type: ignore[attr-defined]
+    blobs = ollama_store(tmp_path / "ollama", tiny)
+    config = make_config(cache_dirs=(tmp_path / "ollama",), cache_volumes=())
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        found = await client.models()
+        latest = by_name(found, "tiny:latest")
+        assert (latest.source, latest.format, latest.quantization) == ("ollama", "gguf", "F16")
+        assert latest.size_bytes == size_of(blobs["weights"]) + size_of(blobs["latest"])
+        assert latest.arch is not None and latest.arch.layers == 4
+        removed = await client.remove_model("tiny:latest")
+        assert removed.name == "tiny:latest"
+        left = await client.models()
+    assert [m.name for m in left.models] == ["tiny:chat"]
+    assert not blobs["latest"].exists()
+    assert blobs["weights"].exists() and blobs["chat"].exists()  # the other tag's
+
+
+def test_the_kv_capacity_estimate_takes_the_shape_from_the_files(rig: object) -> None:
+    """A model the name table does not know is estimated from its files when present."""
+    from engines.catalog import LaunchConfig
+    from engines.fit import estimated_kv_capacity
+    from engines.model_files import scan_root
+
+    hf_model, params = rig_hf_model()
+    [model] = [m for m in scan_root(hf_model.parent) if m.path == str(hf_model)]
+    cfg = LaunchConfig(model="/models/tiny", context_len=2048)
+    assert estimated_kv_capacity("vllm", cfg, 80 * GIB) == (
+        None,
+        "the estimator knows no shape for '/models/tiny'",
+    )
+    files = shape_from_files(model)
+    tokens, basis = estimated_kv_capacity("vllm", cfg, 80 * GIB, files)
+    by_hand = ModelShape("tiny", params / 1e9, 2, 2, 32, 128, 4, 2048)
+    est = estimate_fit(by_hand, "vllm", context_len=2048, gpu_mem_total_bytes=80 * GIB,
+                       weight_dtype="fp32")  # fmt: skip
+    assert (tokens, basis) == (
+        est.kv_capacity_tokens,
+        "fit estimator, shape from the model's files",
+    )
