@@ -81,8 +81,8 @@ def fit_view(
         )
     except KeyError:
         return FitView(f"fit: no memory rule for engine {kind!r}", None)
-    source = "from the node's files" if files else "from the name table"
-    return FitView(f"{fit_text(est, ctx, concurrent_seqs)} ({source})", est.fits)
+    source = " (from the node's files)" if files else ""  # else the name table, as ever
+    return FitView(fit_text(est, ctx, concurrent_seqs) + source, est.fits)
 
 
 def fit_text(est: FitEstimate, context_len: int, concurrent_seqs: int = 1) -> str:

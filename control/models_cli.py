@@ -21,6 +21,7 @@ from control.engine_output import (
     print_json,
     report_failure,
 )
+from control.model_fit import size_text
 from control.reach import find_node
 from control.transport import connected
 from engines.model_files import LocalModel
@@ -69,13 +70,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rm.add_argument("--node", help="a node named in the config (default: its only node)")
     rm.add_argument("--yes", action="store_true", help="no confirmation (scripts)")
     rm.set_defaults(func=run_rm)
-
-
-def size_text(n_bytes: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:.1f} {unit}"
-    return f"{n_bytes} B"
 
 
 def model_row(m: LocalModel) -> tuple[str, ...]:
