@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -108,7 +109,8 @@ def print_inventory(found: ModelInventory) -> None:
 def run_ls(args: argparse.Namespace) -> int:
     async def one(node: NodeConfig) -> ModelInventory:
         async with connected(node) as client:
-            return await client.models()
+            # named as the config names it: what --node takes
+            return dataclasses.replace(await client.models(), node=node.name)
 
     async def main() -> int:
         nodes = [find_node(args.config, args.node)] if args.node else load_config(args.config).nodes

@@ -338,3 +338,24 @@ def test_the_kv_capacity_estimate_takes_the_shape_from_the_files(rig: object) ->
         est.kv_capacity_tokens,
         "fit estimator, shape from the model's files",
     )
+
+
+async def test_ls_over_the_fleet_lists_what_answers_and_names_the_node_that_did_not(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.ports import free_port
+
+    config = make_config(model_dirs=(tmp_path / "empty",), cache_volumes=())
+    async with embedded_agent(config) as (url, _):
+        cfg = write_node_config(tmp_path / "c.toml", url, tmp_path / "token")
+        cfg.write_text(
+            cfg.read_text() + f'[[nodes]]\nname = "gone"\nurl = "http://127.0.0.1:{free_port()}"\n'
+            f'token_file = "{tmp_path / "token"}"\n'
+        )
+        code, out, err = await cli(capsys, "models", "ls", "--config", str(cfg), "--json")
+        text_code, text, _ = await cli(capsys, "models", "ls", "--config", str(cfg))
+    answer = json.loads(out)
+    assert code == text_code == 0 and answer["ok"] is False
+    assert [n["node"] for n in answer["nodes"]] == ["n1"] and answer["nodes"][0]["models"] == []
+    assert [e["node"] for e in answer["errors"]] == ["gone"] and "node gone" in err
+    assert f"none under {tmp_path / 'empty'}" in text
