@@ -177,7 +177,8 @@ def gguf_arch(header: GgufHeader) -> ModelArch:
 def _model_dir(path: Path, root: Path) -> LocalModel:
     fmt, quant, arch, problem = _weights_facts(path)
     return LocalModel(
-        name=str(path.relative_to(root)),
+        # a model directory given as the root itself goes by its folder's name
+        name=str(path.relative_to(root)) if path != root else path.name,
         source="file",
         format=fmt,
         path=str(path),

@@ -359,3 +359,14 @@ async def test_ls_over_the_fleet_lists_what_answers_and_names_the_node_that_did_
     assert [n["node"] for n in answer["nodes"]] == ["n1"] and answer["nodes"][0]["models"] == []
     assert [e["node"] for e in answer["errors"]] == ["gone"] and "node gone" in err
     assert f"none under {tmp_path / 'empty'}" in text
+
+
+def test_a_model_directory_given_as_the_root_is_listed_by_its_name(rig: object) -> None:
+    """``--model-dir /models/tiny`` where that folder is the saved model itself (as the
+    vLLM rig mounts it): listed under the folder's name, never "."."""
+    from engines.model_files import scan_root
+
+    hf_model, params = rig_hf_model()
+    [model] = scan_root(hf_model)
+    assert (model.name, model.path, model.format) == ("model", str(hf_model), "safetensors")
+    assert model.arch is not None and model.arch.param_count == params
