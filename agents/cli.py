@@ -95,6 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="host directory engines may mount (repeatable)",
     )
     parser.add_argument(
+        "--cache-dir",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="host model cache the inventory lists, not mountable by engines: a Hugging "
+        "Face cache, a native Ollama's store (repeatable)",
+    )
+    parser.add_argument(
         "--native",
         action="append",
         default=[],
@@ -162,6 +171,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         "tls_key": args.tls_key,
         "allowed_images": frozenset(args.allow_image),
         "model_dirs": tuple(args.model_dir),
+        "cache_dirs": tuple(args.cache_dir),
         "interval_s": args.interval,
         "health_interval_s": args.health_interval,
         "native_binaries": dict(args.native),

@@ -21,15 +21,19 @@ from agents.protocol import (
     AgentEvent,
     EngineInfo,
     LoadRunInfo,
+    ModelInventory,
     NodeInfo,
     ProtocolError,
     engine_info_from_dict,
     event_from_dict,
     frame_from_dict,
     load_run_from_dict,
+    local_model_from_dict,
+    model_inventory_from_dict,
     node_info_from_dict,
 )
 from engines.catalog import get_spec
+from engines.model_files import LocalModel
 from runs.codec import CodecError
 from runs.codec import event_from_dict as run_event_from_dict
 from runs.events import RunEvent
@@ -127,6 +131,16 @@ class AgentClient:
     async def recent_events(self, since_seq: int = 0) -> list[AgentEvent]:
         data = await self._request("GET", "/v1/events", params={"since_seq": str(since_seq)})
         return [event_from_dict(e) for e in data["events"]]
+
+    async def models(self) -> ModelInventory:
+        """The models the node holds, read from their files."""
+        return model_inventory_from_dict(await self._request("GET", "/v1/models-inventory"))
+
+    async def remove_model(self, name: str) -> LocalModel:
+        """Delete the one model ``name`` (as listed, or its path there); the agent refuses
+        while an engine it manages runs it.  The model as it was, removed."""
+        data = await self._request("POST", "/v1/models-inventory/remove", json_body={"name": name})
+        return local_model_from_dict(data["removed"])
 
     async def metrics_text(self) -> str:
         return str(await self._request("GET", "/metrics"))

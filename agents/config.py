@@ -31,6 +31,11 @@ def bundled_processes() -> Path:
     return Path(str(files("agents") / "data" / "h200-processes.json"))
 
 
+CACHE_VOLUMES = ("infer-top-hf-cache", "infer-top-gguf", "infer-top-ollama", "infer-top-tgi-data")
+"""The model-cache volumes of the catalog's Compose files (``MODEL_CACHE_VOLUME``'s
+defaults in compose/*.yml)."""
+
+
 class ConfigError(ValueError):
     """A configuration the agent refuses to start with."""
 
@@ -51,6 +56,11 @@ class AgentConfig:
     """Images a start request may name; an empty set allows only the catalog's defaults."""
     model_dirs: tuple[Path, ...] = ()
     """Host directories engines may mount; any other bind mount is refused."""
+    cache_dirs: tuple[Path, ...] = ()
+    """Host model caches listed in the inventory (a Hugging Face cache, a native Ollama's
+    store) that engines may not mount."""
+    cache_volumes: tuple[str, ...] = CACHE_VOLUMES
+    """Named Docker volumes whose models the inventory lists."""
     interval_s: float = 1.0
     platform: str | None = None
     """None: detect (nvidia, jetson, linux). "replay": play ``replay_trace`` as GPUs."""

@@ -14,7 +14,7 @@ import aiohttp
 from agents.catalog_adapter import get_spec, launch_config
 from agents.protocol import KvCapacity
 from agents.runtime import Deployment, Runtime
-from engines.fit import estimated_kv_capacity
+from engines.fit import FileShape, estimated_kv_capacity
 
 FETCH_TIMEOUT_S = 5.0
 LOG_LINES = 5000
@@ -27,8 +27,11 @@ async def kv_capacity_check(
     session: aiohttp.ClientSession,
     gpu_mem_bytes: Mapping[int, int],
     platform: str,
+    files: FileShape | None = None,
 ) -> KvCapacity:
-    """``platform``: the node's engine platform (``cpu``: its engines run without a GPU)."""
+    """``platform``: the node's engine platform (``cpu``: its engines run without a GPU);
+    ``files``: the model's shape from the node's inventory (``engine_model_files``), used
+    over the estimator's name table."""
     spec = get_spec(dep.kind)
     reported: int | None = None
     source = f"{spec.display_name} states no KV capacity infer-top reads"
@@ -57,7 +60,11 @@ async def kv_capacity_check(
             source = "start-up log"
     mems = [gpu_mem_bytes[g] for g in dep.gpu_ids if g in gpu_mem_bytes]
     estimated, basis = estimated_kv_capacity(
-        dep.kind, launch_config(dep.config), min(mems) if mems else None, on_cpu=platform == "cpu"
+        dep.kind,
+        launch_config(dep.config),
+        min(mems) if mems else None,
+        files,
+        on_cpu=platform == "cpu",
     )
     return KvCapacity(
         reported_tokens=reported,

@@ -23,6 +23,7 @@ from agents.engine_version import detect_version
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.kv_check import kv_capacity_check
 from agents.model_pull import model_ready
+from agents.model_store import engine_model_files
 from agents.protocol import AgentEvent
 from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
 from agents.security import check_start_request
@@ -356,8 +357,14 @@ class EngineManager:
             return False
         await self._learn_version(dep)
         if not dep.simulated:  # every real start checks the fit estimator
+            files = await asyncio.to_thread(engine_model_files, self.config, dep)
             dep.kv_capacity = await kv_capacity_check(
-                dep, self.runtime_for(dep), self.session, self.gpu_mem_bytes, self.platform
+                dep,
+                self.runtime_for(dep),
+                self.session,
+                self.gpu_mem_bytes,
+                self.platform,
+                files,
             )
         return True
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from engines.catalog.options import run_options
+from engines.model_files import LocalModel, ModelArch
 from telemetry.frames import (
     PROTOCOL_VERSION,
     EngineTelemetry,
@@ -194,6 +195,19 @@ class LoadRunInfo:
     """running, or its final event: RunFinished, RunFailed, RunInterrupted."""
 
 
+@dataclass(frozen=True, slots=True)
+class ModelInventory:
+    """The models a node holds (``GET /v1/models-inventory``), each as its files state it
+    (``engines.model_files.LocalModel``)."""
+
+    node: str
+    models: tuple[LocalModel, ...] = ()
+    roots: tuple[str, ...] = ()
+    """The directories searched: model dirs, cache dirs, cache volumes' mountpoints."""
+    problems: tuple[str, ...] = ()
+    """What could not be searched (Docker down, an unreadable directory)."""
+
+
 def engine_facts(info: EngineInfo) -> dict[str, Any]:
     """What a run stores of its engine (``RunSetup.engine``): the start options it was
     launched with and its KV-capacity check."""
@@ -261,11 +275,13 @@ def _decode(cls: type[Any], data: Any) -> Any:
 _NESTED_ONE: dict[type[Any], dict[str, type[Any]]] = {
     TelemetryFrame: {"host": HostSample},
     EngineInfo: {"image_pull": ImagePull, "kv_capacity": KvCapacity},
+    LocalModel: {"arch": ModelArch},
 }
 _NESTED_MANY: dict[type[Any], dict[str, type[Any]]] = {
     TelemetryFrame: {"gpus": GpuSample, "engines": EngineTelemetry},
     GpuSample: {"processes": GpuProcess},
     NodeInfo: {"gpus": GpuInfo},
+    ModelInventory: {"models": LocalModel},
 }
 
 
@@ -311,3 +327,13 @@ def event_from_dict(data: dict[str, Any]) -> AgentEvent:
 def load_run_from_dict(data: dict[str, Any]) -> LoadRunInfo:
     info: LoadRunInfo = _decode(LoadRunInfo, data)
     return info
+
+
+def model_inventory_from_dict(data: dict[str, Any]) -> ModelInventory:
+    found: ModelInventory = _decode(ModelInventory, data)
+    return found
+
+
+def local_model_from_dict(data: dict[str, Any]) -> LocalModel:
+    model: LocalModel = _decode(LocalModel, data)
+    return model

@@ -23,6 +23,7 @@ from agents.keys import AUDIT, CONFIG, MANAGER, NODE_INFO, REGISTRY, SAMPLER
 from agents.loadruns import add_load_routes
 from agents.manager import EngineManager
 from agents.metrics import make_registry
+from agents.model_routes import add_model_routes
 from agents.peerloads import add_peer_routes
 from agents.protocol import NodeInfo
 from agents.routes import add_routes, error_middleware
@@ -205,6 +206,7 @@ def create_app(
     app[CONFIG] = config
     app[AUDIT] = AuditLog(config.audit_log)
     add_routes(app)
+    add_model_routes(app)
     app.cleanup_ctx.append(_agent_ctx(gpu, runtimes))
     add_load_routes(app)  # after the agent: its runs stop before the engines do
     add_peer_routes(app)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from agents.protocol import EngineInfo, KvCapacity
 from control.nodes import AgentLike, LaunchFields
 from engines.catalog import kinds
+from engines.fit import GIB, KNOWN_MODELS, FileShape, FitEstimate, estimate_fit
 
 Progress = Callable[[str, float | None], None]
 
@@ -46,33 +47,53 @@ class FitView:
 
 
 def fit_view(
-    kind: str, model: str, gpu_mem_bytes: Sequence[int | None], context_len: int | None = None
+    kind: str,
+    model: str,
+    gpu_mem_bytes: Sequence[int | None],
+    context_len: int | None = None,
+    *,
+    files: FileShape | None = None,
+    concurrent_seqs: int = 1,
 ) -> FitView:
-    """The fit estimate (weights + KV cache vs the chosen GPUs' memory) in words."""
-    from engines.fit import GIB, KNOWN_MODELS, estimate_fit
-
-    shape = KNOWN_MODELS.get(model)
+    """The fit estimate (weights + KV cache vs the chosen GPUs' memory) in words; with
+    ``files`` (the model as the node's inventory read it) the shape and weight type come
+    from its files, else from the estimator's name table."""
+    shape = files.shape if files else KNOWN_MODELS.get(model)
     if shape is None:
         known = ", ".join(KNOWN_MODELS)
-        return FitView(f"fit: no estimate for {model!r} (the estimator knows {known})", None)
+        return FitView(
+            f"fit: no estimate for {model!r} (not on the node; the estimator knows {known})",
+            None,
+        )
     mems = [m for m in gpu_mem_bytes if m]
     if not mems:
         return FitView("fit: pick at least one GPU with known memory", None)
     ctx = context_len or min(shape.max_context, 8192)
     try:
         est = estimate_fit(
-            shape, kind, context_len=ctx, gpu_mem_total_bytes=min(mems), tp=len(mems)
+            shape,
+            kind,
+            context_len=ctx,
+            gpu_mem_total_bytes=min(mems),
+            tp=len(mems),
+            concurrent_seqs=concurrent_seqs,
+            weight_dtype=files.weight_dtype if files else "fp16",
         )
     except KeyError:
         return FitView(f"fit: no memory rule for engine {kind!r}", None)
+    source = " (from the node's files)" if files else ""  # else the name table, as ever
+    return FitView(fit_text(est, ctx, concurrent_seqs) + source, est.fits)
+
+
+def fit_text(est: FitEstimate, context_len: int, concurrent_seqs: int = 1) -> str:
     verdict = "fits" if est.fits else "DOES NOT FIT"
-    text = (
+    seqs = f"{concurrent_seqs} × " if concurrent_seqs > 1 else ""
+    return (
         f"fit per GPU: weights {est.weights_bytes / GIB:.1f} GiB + KV "
-        f"{est.kv_bytes / GIB:.1f} GiB ({ctx:,} ctx) = {est.total_bytes / GIB:.1f} GiB of "
-        f"{est.budget_bytes / GIB:.1f} GiB budget: {verdict}; ~{est.max_concurrent_at_context}"
-        f" full-length sequences"
+        f"{est.kv_bytes / GIB:.1f} GiB ({seqs}{context_len:,} ctx) = "
+        f"{est.total_bytes / GIB:.1f} GiB of {est.budget_bytes / GIB:.1f} GiB budget: "
+        f"{verdict}; ~{est.max_concurrent_at_context} full-length sequences"
     )
-    return FitView(text, est.fits)
 
 
 SWITCH_CHOICES = ("default", "on", "off")

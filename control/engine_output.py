@@ -145,9 +145,16 @@ def _agent_failure(exc: AgentError, node: str, action: str) -> CommandFailure:
     return CommandFailure("agent_error", f"node {node} failed ({status}): {said}", EXIT_FAILED)
 
 
-def report_failure(failure: CommandFailure, *, node: str | None, action: str, as_json: bool) -> int:
+def report_failure(
+    failure: CommandFailure,
+    *,
+    node: str | None,
+    action: str,
+    as_json: bool,
+    command: str = "engine",
+) -> int:
     """Words on stderr (and the failure as JSON on stdout with ``--json``); the exit code."""
-    print(f"infer-top engine {action}: {failure.message}", file=sys.stderr, flush=True)
+    print(f"infer-top {command} {action}: {failure.message}", file=sys.stderr, flush=True)
     if as_json:
         error = {"code": failure.code, "message": failure.message, **failure.details}
         print_json({"ok": False, "node": node, "action": action, "error": error})

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agents.protocol import EngineInfo, NodeInfo
+from agents.protocol import EngineInfo, ModelInventory, NodeInfo
 from control.ssh_tunnel import SshTunnel
 from telemetry import TelemetryFrame
 
@@ -26,6 +26,8 @@ class AgentLike(Protocol):
     ) -> AsyncIterator[TelemetryFrame]: ...
 
     async def engines(self) -> Sequence[EngineInfo]: ...
+
+    async def models(self) -> ModelInventory: ...
 
     async def start(
         self,

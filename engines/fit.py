@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from engines.catalog import LaunchConfig, get_spec
+from engines.model_files import LocalModel
 
 GIB = 1024**3
 MIB = 1024**2
@@ -184,10 +185,48 @@ def estimate_fit(
     )
 
 
+_FILE_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "f32": "fp32"}
+"""``torch_dtype`` and GGUF file types as ``DTYPE_BYTES`` names."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileShape:
+    """A model's shape and weight type as its files state them (the inventory's)."""
+
+    shape: ModelShape
+    weight_dtype: str | float
+    """A ``DTYPE_BYTES`` name, else the bytes per parameter the files take on disk."""
+
+
+def shape_from_files(model: LocalModel) -> FileShape | None:
+    """The estimator's inputs from a model the node holds; None where its files do not
+    state every figure the estimator needs (``model.problem`` says why, if they failed)."""
+    a = model.arch
+    if a is None:
+        return None
+    dims = (a.layers, a.kv_heads, a.head_dim, a.hidden_size, a.attention_heads, a.max_context)
+    if a.param_count is None or a.param_count < 1 or any(d is None or d < 1 for d in dims):
+        return None
+    layers, kv_heads, head_dim, hidden, heads, max_context = (int(d or 0) for d in dims)
+    shape = ModelShape(
+        model.name, a.param_count / 1e9, layers, kv_heads, head_dim, hidden, heads, max_context
+    )
+    name = (a.dtype or "").lower()
+    name = _FILE_DTYPES.get(name, name)
+    weight: str | float = name if name in DTYPE_BYTES else model.size_bytes / a.param_count
+    return FileShape(shape, weight)
+
+
 def estimated_kv_capacity(
-    kind: str, cfg: LaunchConfig, gpu_mem_total_bytes: int | None = None, *, on_cpu: bool = False
+    kind: str,
+    cfg: LaunchConfig,
+    gpu_mem_total_bytes: int | None = None,
+    files: FileShape | None = None,
+    *,
+    on_cpu: bool = False,
 ) -> tuple[int | None, str]:
-    """The estimator's KV capacity for this launch (tokens), or None with the reason.
+    """The estimator's KV capacity for this launch (tokens), or None with the reason;
+    ``files``: the model's shape from the node's inventory, used over the name table;
     ``on_cpu``: the engine runs without a GPU (a CPU build)."""
     rule = get_spec(kind).memory
     if rule.fraction is None:  # cells allocated up front: context x concurrent sequences
@@ -196,7 +235,7 @@ def estimated_kv_capacity(
         return cfg.context_len * (cfg.max_num_seqs or 1), "context_len x sequences"
     if on_cpu:  # a CPU build sizes its KV pool from its own setting (vLLM: KV_CACHE_GIB)
         return None, "the engine runs on the CPU: the fit estimator sizes KV in GPU memory only"
-    shape = KNOWN_MODELS.get(cfg.model.rstrip("/").rsplit("/", 1)[-1])
+    shape = files.shape if files else KNOWN_MODELS.get(cfg.model.rstrip("/").rsplit("/", 1)[-1])
     if shape is None:
         return None, f"the estimator knows no shape for {cfg.model!r}"
     if not gpu_mem_total_bytes:
@@ -210,8 +249,10 @@ def estimated_kv_capacity(
         pp=cfg.pipeline_parallel,
         gpu_mem_fraction=cfg.gpu_mem_fraction,
         kv_dtype=_KV_DTYPES.get(cfg.kv_cache_dtype or "auto", cfg.kv_cache_dtype or "fp16"),
+        weight_dtype=files.weight_dtype if files else "fp16",
     )
-    return estimate.kv_capacity_tokens, "fit estimator"
+    basis = "fit estimator, shape from the model's files" if files else "fit estimator"
+    return estimate.kv_capacity_tokens, basis
 
 
 _KV_DTYPES = {"auto": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "f16": "fp16", "f32": "fp32"}

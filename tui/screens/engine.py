@@ -23,7 +23,7 @@ from textual.widgets import (
 )
 from textual.widgets.selection_list import Selection
 
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, ModelInventory
 from control.engine_ops import (
     SWITCH_CHOICES,
     engine_choices,
@@ -33,6 +33,7 @@ from control.engine_ops import (
     swap_engine,
     typed_options,
 )
+from control.model_fit import find_local, local_fit, local_fits_text, local_label, model_ref
 from control.nodes import AgentLike, LaunchFields
 from control.services import describe_error
 from tui.fasttable import Cell
@@ -70,6 +71,8 @@ class EngineScreen(BaseScreen):
 
     def body(self) -> ComposeResult:
         self._node_names: list[str] = []
+        self._inventory: dict[str, ModelInventory] = {}
+        """Per node, the models its agent listed (fetched when the node is picked)."""
         with Horizontal(id="engine-main"):
             with Vertical(id="engine-form"):
                 yield Static("Launch", classes="section")
@@ -95,15 +98,18 @@ class EngineScreen(BaseScreen):
                         compact=True,
                     )
                 with Horizontal(classes="row"):
+                    yield Label("On node ")
+                    yield Select[str]([], id="local-model", prompt="its models", compact=True)
+                with Horizontal(classes="row"):
                     yield Label("Model   ")
                     yield Input(
                         placeholder="e.g. Llama-3.1-8B or tiny.gguf", id="model", compact=True
                     )
                 with Horizontal(classes="row"):
                     yield Label("Context ")
-                    yield Input(
-                        placeholder="tokens (optional)", id="context", type="integer", compact=True
-                    )
+                    yield Input(placeholder="tokens", id="context", type="integer", compact=True)
+                    yield Label(" Seqs ", classes="inline")
+                    yield Input(placeholder="concurrent", id="seqs", type="integer", compact=True)
                 with Horizontal(classes="row"):
                     yield Label("Prefix  ")
                     yield Select[str](
@@ -124,12 +130,9 @@ class EngineScreen(BaseScreen):
                     )
                 with Horizontal(classes="row"):
                     yield Label("Chunk   ")
-                    yield Input(
-                        placeholder="prefill chunk tokens", id="prefill-chunk", compact=True
-                    )
-                with Horizontal(classes="row"):
-                    yield Label("Batched ")
-                    yield Input(placeholder="max batched tokens", id="max-batched", compact=True)
+                    yield Input(placeholder="prefill tokens", id="prefill-chunk", compact=True)
+                    yield Label(" Batch ", classes="inline")
+                    yield Input(placeholder="max tokens", id="max-batched", compact=True)
                 with Horizontal(classes="row"):
                     yield Label("KV type ")
                     yield Input(placeholder="e.g. fp8, q8_0", id="kv-dtype", compact=True)
@@ -148,6 +151,7 @@ class EngineScreen(BaseScreen):
                 table: DataTable[Cell] = DataTable(id="engine-table", cursor_type="row")
                 add_fixed_columns(table, ENGINE_COLUMNS)
                 yield table
+                yield Static("", id="local-fit")
                 yield ProgressBar(total=1.0, id="progress", show_eta=False)
                 yield Static("", id="action-status")
                 yield Log(id="action-log", max_lines=500)
@@ -187,35 +191,84 @@ class EngineScreen(BaseScreen):
         sync_table(self.query_one("#engine-table", DataTable), engine_rows([node] if node else []))
 
     @on(Select.Changed, "#node")
+    def node_picked(self) -> None:
+        node = self._node_name()
+        if node is not None and node not in self._inventory:
+            self._load_inventory(node)
+        self._offer_models()
+
+    @on(Select.Changed, "#local-model")
+    def local_model_picked(self, event: Select.Changed) -> None:
+        if isinstance(event.value, str):
+            self.query_one("#model", Input).value = event.value
+
+    @on(Select.Changed, "#node")
     @on(Select.Changed, "#kind")
     @on(Input.Changed, "#model")
     @on(Input.Changed, "#context")
+    @on(Input.Changed, "#seqs")
     @on(SelectionList.SelectedChanged, "#gpus")
     def update_fit(self) -> None:
         if isinstance(self.query_one("#node", Select).value, str):
             self.refresh_fleet()
         self._show_fit()
 
-    def _show_fit(self) -> None:
-        box = self.query_one("#fit", Static)
-        model = self.query_one("#model", Input).value.strip()
+    @work(group="inventory", exit_on_error=False)
+    async def _load_inventory(self, node: str) -> None:
+        handle = self.top.services.node(node)
+        if handle is None or handle.client is None:
+            return
+        try:
+            self._inventory[node] = await handle.client.models()
+        except Exception as exc:  # an older agent, or one not answering: said, not fatal
+            box = self.query_one("#local-fit", Static)
+            box.update(f"[yellow]models on {node}: {describe_error(exc)}[/]")
+            box.display = True
+            return
+        self._offer_models()
+        self._show_fit()
+
+    def _local_models(self) -> ModelInventory | None:
+        return self._inventory.get(self._node_name() or "")
+
+    def _offer_models(self) -> None:
+        found = self._local_models()
+        models = found.models if found else ()
+        self.query_one("#local-model", Select).set_options(
+            [(local_label(m), model_ref(m)) for m in models]
+        )
+
+    def _fit_inputs(self) -> tuple[str, list[int | None], int | None, int]:
         node = self.top.model.nodes.get(self._node_name() or "")
         picked = set(self.query_one("#gpus", SelectionList).selected)
-        if not model:
-            box.update("fit: pick a model and GPUs")
-            return
         mems = [
             g.mem_total_bytes
             for g in (node.frame.gpus if node and node.frame else ())
             if g.index in picked
         ]
         context = self.query_one("#context", Input).value
+        seqs = self.query_one("#seqs", Input).value
+        kind = str(self.query_one("#kind", Select).value)
+        return kind, mems, int(context) if context else None, max(1, int(seqs or 1))
+
+    def _show_fit(self) -> None:
+        box = self.query_one("#fit", Static)
+        model = self.query_one("#model", Input).value.strip()
+        kind, mems, context, seqs = self._fit_inputs()
+        found = self._local_models()
+        if found is not None:
+            listed = self.query_one("#local-fit", Static)
+            listed.update(local_fits_text(found, kind, mems, context, seqs))
+            listed.display = True
+        if not model:
+            box.update("fit: pick a model and GPUs")
+            return
+        local = find_local(found.models, model) if found else None
         try:
-            view = fit_view(
-                str(self.query_one("#kind", Select).value),
-                model,
-                mems,
-                int(context) if context else None,
+            view = (
+                local_fit(local, kind, mems, context, seqs)
+                if local
+                else fit_view(kind, model, mems, context, concurrent_seqs=seqs)
             )
         except Exception as exc:
             box.update(f"fit: no estimate ({describe_error(exc)})")
@@ -253,6 +306,9 @@ class EngineScreen(BaseScreen):
                 max_batched_tokens=self.query_one("#max-batched", Input).value,
                 prefill_chunk_tokens=self.query_one("#prefill-chunk", Input).value,
             )
+            seqs = self.query_one("#seqs", Input).value
+            if seqs.strip():
+                options["max_num_seqs"] = int(seqs)
             return launch_config(
                 str(self.query_one("#kind", Select).value),
                 model,
