@@ -25,7 +25,7 @@ from runs.events import (
     RunInterrupted,
     RunStarted,
 )
-from runs.records import LevelSummary, RequestRecord, failures_by_kind
+from runs.records import LevelSummary, RequestRecord, failures_by_kind, first_failure_sample
 from runs.setup import RunSetup
 from store.store import Store
 
@@ -111,14 +111,18 @@ class RunRecorder:
 
 def judge(levels: Sequence[LevelSummary]) -> tuple[str, str | None]:
     """A run that went to its end is ``completed`` when some measured request
-    completed; else ``failed``, with the failures by kind (a run whose every
-    request failed measured nothing: it must not pass for a result)."""
+    completed; else ``failed``, with the failures by kind and the engine's own words
+    for the commonest (a run whose every request failed measured nothing: it must not
+    pass for a result)."""
     completed = sum(s.completed for s in levels)
     if completed:
         return "completed", None
     failed = sum(s.failed for s in levels)
     cut = sum(s.incomplete for s in levels)
     by_kind = failures_by_kind(levels)
+    sample = first_failure_sample(levels)
+    if sample:
+        by_kind += f" — {sample}"
     if failed and not cut:
         return "failed", f"all {failed} requests failed: {by_kind}"
     if failed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -22,8 +23,9 @@ from control.loads import (
 )
 from control.model import fmt
 from control.services import describe_error
+from loadgen.report import level_label
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
-from runs.records import LevelSummary, failures_text
+from runs.records import LevelSummary, failures_sampled, failures_text
 from store.recorder import RunRecorder
 from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
@@ -112,6 +114,7 @@ class LoadScreen(BaseScreen):
                 table: DataTable[Cell] = DataTable(id="load-levels", cursor_type="row")
                 add_fixed_columns(table, LOAD_LEVEL_COLUMNS)
                 yield table
+                yield Static("", id="load-failures")
                 yield Chart(id="load-tps")
             with Vertical(id="load-right"):
                 yield Static("Target node GPUs", classes="section", id="load-gpu-title")
@@ -122,6 +125,8 @@ class LoadScreen(BaseScreen):
         """The healthy engines (node/engine) the target list offers."""
         self._tps: list[tuple[float, float]] = []
         self._levels: dict[str, Row] = {}
+        self._failures: dict[int, list[str]] = {}
+        """Each finished level's failure kinds with the engine's own words."""
         self._planned = 1
         self._load_running = False
 
@@ -202,6 +207,8 @@ class LoadScreen(BaseScreen):
         self._load_running = True
         self._tps.clear()
         self._levels.clear()
+        self._failures.clear()
+        self.query_one("#load-failures", Static).display = False
         self._planned = len(prof.concurrency)
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
@@ -267,6 +274,7 @@ class LoadScreen(BaseScreen):
         elif isinstance(event, LevelFinished):
             row = level_row(event.summary)
             self._levels[row[0]] = row
+            self._show_failures(event.summary)
             self.query_one("#load-progress", ProgressBar).update(
                 progress=len([r for r in self._levels.values() if r[1][-1] == "done"])
                 / self._planned
@@ -280,6 +288,19 @@ class LoadScreen(BaseScreen):
             [self._levels[k] for k in sorted(self._levels, key=int)],
         )
         self._draw_tps()
+
+    def _show_failures(self, summary: LevelSummary) -> None:
+        """Under the table: each level's failure kinds with a sample of the engine's
+        own message (plain text: the engine's words may hold markup brackets)."""
+        label = level_label(summary)
+        lines = failures_sampled(summary.failures_by_kind, summary.failure_samples)
+        if not lines:
+            return
+        self._failures[summary.level_index] = [f"{label} failed: {line}" for line in lines]
+        text = "\n".join(line for _, kinds in sorted(self._failures.items()) for line in kinds)
+        failures = self.query_one("#load-failures", Static)
+        failures.update(Text(text, style="red"))
+        failures.display = True
 
     def _draw_tps(self) -> None:
         series = (
