@@ -318,6 +318,8 @@ class EngineScreen(BaseScreen):
             self.post_message(EngineActionDone(node, action, False, describe_error(exc)))
             return
         text = f"{action} done" + (f": {result.id} {result.health}" if result else "")
+        if action == "stop" and result is not None and result.message:
+            text += f" — {result.message}"  # e.g. a crashed engine removed without its runtime
         self.post_message(EngineActionDone(node, action, True, text))
 
     def on_engine_progress(self, message: EngineProgress) -> None:
