@@ -42,6 +42,7 @@ class RunRecorder:
         self.reason: str | None = None
         """Why the run did not complete, in words."""
         self._levels: list[LevelSummary] = []
+        self._stopped_because: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -66,9 +67,15 @@ class RunRecorder:
             case RunFailed(message=message):
                 self._close("failed", message)
             case RunInterrupted(reason=reason):
-                self._close("interrupted", reason)
+                self._close("interrupted", self._stopped_because or reason)
             case LevelStarted() | LevelProgress():
                 pass  # live display only
+
+    def stopping(self, reason: str) -> None:
+        """The caller is stopping the run (an operator's cancel): its ``RunInterrupted``,
+        which comes after the cut requests, is stored with this reason (the worker only
+        knows that it was told to stop)."""
+        self._stopped_because = reason
 
     def abandon(self, reason: str, status: str = "failed") -> None:
         """Close a run that ended without its end event (the caller's own error)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def _engine(url: str) -> EngineTelemetry:
 def _asking_for(model: str) -> Any:
     """The Load screen's runner, asking the engine for ``model`` (a wrong name)."""
 
-    def runner(request: LoadRequest, record: RunEventSink) -> AsyncIterator[ProgressEvent]:
+    def runner(request: LoadRequest, record: RunEventSink) -> AsyncGenerator[ProgressEvent, None]:
         return run_load(dataclasses.replace(request, model=model), record)
 
     return runner
