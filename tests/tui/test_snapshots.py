@@ -390,3 +390,24 @@ def test_load_failed_with_the_engines_words(snap_compare: Any, seed_store: Any) 
         await settle(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+@pytest.mark.parametrize("action", ["stop", "swap"])
+def test_engines_ask_before_stop_or_swap(snap_compare: Any, action: str) -> None:
+    """Stop and swap ask first, naming the engine (kind, id, node)."""
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await open_screen(pilot, app, "3", nodes=1)
+        screen = app.screen
+        screen.query_one("#model").value = "Llama-3.1-70B"
+        table = screen.query_one("#engine-table", DataTable)
+        await wait_rows(pilot, table, 2)
+        table.move_cursor(row=0)
+        # the frozen fleet has no agent; the question is asked before one is used
+        screen._client = lambda: object()
+        getattr(screen, f"action_{action}")()
+        await wait_until(pilot, lambda: bool(app.screen.query("#yes")), "the question")
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
