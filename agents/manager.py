@@ -389,7 +389,12 @@ class EngineManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await starting
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
-            await self._take_down(dep)
+            if not await self._take_down_or_forget(dep):
+                if names:  # the runtime that removes them cannot act either
+                    dep.message = f"{dep.message}; volumes {', '.join(names)} were not removed"
+                self.deployments.pop(dep_id, None)
+                self.scraper.forget(dep_id)
+                return dep
             not_removed = await self._remove_volumes(dep, names) if names else None
             removed = f"removed volumes {', '.join(names)}" if names and not not_removed else ""
             self.emit("stopped", dep.id, removed)
@@ -428,6 +433,32 @@ class EngineManager:
         except RuntimeError_ as exc:  # taken by a container started since the check
             return str(exc)
         return None
+
+    async def _take_down_or_forget(self, dep: Deployment) -> bool:
+        """Stop ``dep``; True when its runtime did.  A dead engine whose runtime cannot act
+        (Compose missing, Docker gone) is forgotten instead, with what it may have left
+        (False): an operator can always remove a crashed engine.  A live one stays listed
+        in its state before the stop, and the refusal says why (502)."""
+        before = dep.state
+        try:
+            await self._take_down(dep)
+        except RuntimeError_ as exc:
+            if dep.health != "dead":
+                dep.state = before
+                raise ManagerError(
+                    502, f"engine {dep.id} could not be stopped: {exc}; it is still running"
+                ) from exc
+            left = self.runtime_for(dep).forget(dep)
+            dep.state, dep.message = (
+                "stopped",
+                (
+                    f"engine {dep.id} had crashed and its runtime could not clean up ({exc}); "
+                    f"removed from the list: {left}"
+                ),
+            )
+            self.emit("stopped", dep.id, dep.message)
+            return False
+        return True
 
     async def _take_down(self, dep: Deployment) -> None:
         dep.state = "stopping"

@@ -11,7 +11,7 @@ would.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -101,12 +101,12 @@ class LoadRequest:
     """The engine's start options and KV check (``agents.protocol.engine_facts``)."""
 
 
-LoadRunner = Callable[[LoadRequest, RunEventSink], AsyncIterator[ProgressEvent]]
+LoadRunner = Callable[[LoadRequest, RunEventSink], AsyncGenerator[ProgressEvent, None]]
 """Runs one load test, yielding its progress events and handing every event to the
 recorder (the app's ``Services.load_runner``)."""
 
 
-def run_load(request: LoadRequest, record: RunEventSink) -> AsyncIterator[ProgressEvent]:
+def run_load(request: LoadRequest, record: RunEventSink) -> AsyncGenerator[ProgressEvent, None]:
     """Progress events of the run; the last is ``RunFinished``, ``RunFailed`` or
     ``RunInterrupted``.  ``record`` gets every event, finished requests included,
     also after the caller stops iterating (the run's cut requests)."""

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from runs.codec import summary_to_dict
 from runs.events import RunResult
-from runs.records import LevelSummary, Percentiles, failures_field, failures_text
+from runs.records import LevelSummary, Percentiles, failures_field, failures_sampled
 
 _PCT_FIELDS = ("p50", "p90", "p95", "p99", "p999", "mean")
 _PCT_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
@@ -58,11 +58,12 @@ def summary_table(result: RunResult) -> Table:
 
 
 def failure_lines(result: RunResult) -> list[str]:
-    """One line per level with failures, by kind (too wide for the table)."""
+    """One line per level and failure kind, with a sample of the engine's own message
+    (too wide for the table)."""
     return [
-        f"failures at {level_label(s)}: {failures_text(s.failures_by_kind)}"
+        f"failures at {level_label(s)}: {line}"
         for s in result.levels
-        if s.failures_by_kind
+        for line in failures_sampled(s.failures_by_kind, s.failure_samples)
     ]
 
 

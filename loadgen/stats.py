@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from loadgen.profiles import Level, Slo
-from runs.records import LevelSummary, Percentiles, RequestRecord
+from runs.records import LevelSummary, Percentiles, RequestRecord, engine_words
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
 
@@ -56,6 +56,15 @@ class GapSample:
 
 def _rate(count: int, span_s: float) -> float:
     return count / span_s if span_s > 0 else 0.0
+
+
+def _samples(failed: Iterable[RequestRecord]) -> dict[str, str]:
+    """The first message of each failure kind, in the engine's own words."""
+    samples: dict[str, str] = {}
+    for r in failed:
+        if r.error_message and str(r.error_kind) not in samples:
+            samples[str(r.error_kind)] = engine_words(r.error_message)
+    return samples
 
 
 def summarise_level(
@@ -123,6 +132,7 @@ def summarise_level(
             None if r.first_token_at is None else r.first_token_at - r.scheduled_at for r in done
         ),
         failures_by_kind=dict(Counter(str(r.error_kind) for r in failed)),
+        failure_samples=_samples(failed),
         total_output_tokens=out_tokens,
         total_prompt_tokens=prompt_tokens,
         usage_mismatches=sum(

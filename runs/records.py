@@ -8,6 +8,7 @@ with telemetry frames and exact to the microsecond within a run.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -112,6 +113,9 @@ class LevelSummary:
     e2e_s: Percentiles
     ttft_from_schedule_s: Percentiles
     failures_by_kind: dict[str, int] = field(default_factory=dict)
+    failure_samples: dict[str, str] = field(default_factory=dict)
+    """One failed request's error message per kind (``engine_words``): what the engine
+    itself said, so an operator sees why without opening the records."""
     total_output_tokens: int = 0
     total_prompt_tokens: int = 0
     usage_mismatches: int = 0
@@ -145,6 +149,37 @@ def failures_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{kind_label(kind)} {n}" for kind, n in Counter(counts).most_common())
 
 
+def failures_sampled(counts: Mapping[str, int], samples: Mapping[str, str]) -> list[str]:
+    """One line per failure kind, most common first, with the engine's own words
+    ("http_status 32: HTTP 400 exceed_context_size_error: request (2421 tokens) ...")."""
+    return [
+        f"{kind_label(kind)} {n}" + (f": {samples[kind]}" if kind in samples else "")
+        for kind, n in Counter(counts).most_common()
+    ]
+
+
+def engine_words(message: str) -> str:
+    """An error message made readable: an engine's JSON error body (OpenAI, llama.cpp,
+    vLLM and TGI shapes) reduced to its type and message ("HTTP 400
+    exceed_context_size_error: request (2421 tokens) exceeds ..."); other text as is."""
+    status, sep, body = message.partition(": ")
+    if not sep or not body.lstrip().startswith("{"):
+        return message
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return message  # a cut preview: the raw text says more than nothing
+    error = data.get("error") if isinstance(data, dict) else None
+    inner = error if isinstance(error, dict) else data
+    if not isinstance(inner, dict):
+        return message
+    text = inner.get("message") or inner.get("detail") or error
+    kind = inner.get("type") or inner.get("error_type")
+    if not isinstance(text, str) or not text:
+        return message
+    return f"{status} {kind}: {text}" if isinstance(kind, str) and kind else f"{status}: {text}"
+
+
 def failures_field(counts: Mapping[str, int]) -> str:
     """Failure counts by kind as one CSV field ("connect=2;rate_limited=6")."""
     return ";".join(f"{kind}={n}" for kind, n in sorted(counts.items()))
@@ -157,3 +192,14 @@ def failures_by_kind(levels: Iterable[LevelSummary]) -> str:
     for s in levels:
         kinds.update(s.failures_by_kind)
     return failures_text(kinds)
+
+
+def first_failure_sample(levels: Iterable[LevelSummary]) -> str | None:
+    """The engine's words for the levels' most common failure kind, if any were kept."""
+    kinds: Counter[str] = Counter()
+    samples: dict[str, str] = {}
+    for s in levels:
+        kinds.update(s.failures_by_kind)
+        for kind, text in s.failure_samples.items():
+            samples.setdefault(kind, text)
+    return next((samples[k] for k, _ in kinds.most_common() if k in samples), None)

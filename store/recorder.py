@@ -25,7 +25,7 @@ from runs.events import (
     RunInterrupted,
     RunStarted,
 )
-from runs.records import LevelSummary, RequestRecord, failures_by_kind
+from runs.records import LevelSummary, RequestRecord, failures_by_kind, first_failure_sample
 from runs.setup import RunSetup
 from store.store import Store
 
@@ -42,6 +42,7 @@ class RunRecorder:
         self.reason: str | None = None
         """Why the run did not complete, in words."""
         self._levels: list[LevelSummary] = []
+        self._stopped_because: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -66,9 +67,15 @@ class RunRecorder:
             case RunFailed(message=message):
                 self._close("failed", message)
             case RunInterrupted(reason=reason):
-                self._close("interrupted", reason)
+                self._close("interrupted", self._stopped_because or reason)
             case LevelStarted() | LevelProgress():
                 pass  # live display only
+
+    def stopping(self, reason: str) -> None:
+        """The caller is stopping the run (an operator's cancel): its ``RunInterrupted``,
+        which comes after the cut requests, is stored with this reason (the worker only
+        knows that it was told to stop)."""
+        self._stopped_because = reason
 
     def abandon(self, reason: str, status: str = "failed") -> None:
         """Close a run that ended without its end event (the caller's own error)."""
@@ -111,14 +118,18 @@ class RunRecorder:
 
 def judge(levels: Sequence[LevelSummary]) -> tuple[str, str | None]:
     """A run that went to its end is ``completed`` when some measured request
-    completed; else ``failed``, with the failures by kind (a run whose every
-    request failed measured nothing: it must not pass for a result)."""
+    completed; else ``failed``, with the failures by kind and the engine's own words
+    for the commonest (a run whose every request failed measured nothing: it must not
+    pass for a result)."""
     completed = sum(s.completed for s in levels)
     if completed:
         return "completed", None
     failed = sum(s.failed for s in levels)
     cut = sum(s.incomplete for s in levels)
     by_kind = failures_by_kind(levels)
+    sample = first_failure_sample(levels)
+    if sample:
+        by_kind += f" — {sample}"
     if failed and not cut:
         return "failed", f"all {failed} requests failed: {by_kind}"
     if failed:

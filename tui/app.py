@@ -26,6 +26,7 @@ from tui.palette import ScreenCommands
 from tui.screens.alerts import AlertsScreen
 from tui.screens.base import ALERTS_KEY, TABS, BaseScreen
 from tui.screens.compare import CompareScreen
+from tui.screens.confirm import Confirm
 from tui.screens.engine import EngineScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.help import HelpScreen
@@ -265,6 +266,32 @@ class InferTopApp(App[int]):
     def open_node(self, name: str) -> None:
         self.selected_node = name
         self.call_later(self.switch_mode, "node")
+
+    async def action_quit(self) -> None:
+        """Quit; during a load test ask first, and a yes stops it (its levels are kept)."""
+        load = self._running_load()
+        if load is None:
+            self.exit()
+            return
+
+        def done(confirmed: bool | None) -> None:
+            if confirmed:
+                # exit once the run is stopped and saved: its end is never lost
+                load.stop_run("stopped: the TUI was quit during the run", then=self.exit)
+
+        question = (
+            f"A load test is running on {load.running_target}. Quit and stop it? Its "
+            "finished levels and requests stay saved; the run is kept as interrupted."
+        )
+        if not isinstance(self.screen, Confirm):
+            self.push_screen(Confirm(question, "Quit", "Keep running"), done)
+
+    def _running_load(self) -> LoadScreen | None:
+        stack = self._screen_stacks.get("load")
+        screen = stack[0] if stack else None
+        if isinstance(screen, LoadScreen) and screen.running_target is not None:
+            return screen
+        return None
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

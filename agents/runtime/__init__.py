@@ -117,6 +117,10 @@ class Runtime(Protocol):
 
     async def stop(self, dep: Deployment, timeout_s: float) -> None: ...
 
+    def forget(self, dep: Deployment) -> str:
+        """Drop what it keeps of ``dep`` (its record) after a stop it could not carry out
+        on a dead engine; returns what may be left behind and how to remove it, in words."""
+
     async def status(self, dep: Deployment) -> str:
         """running | exited | missing"""
 

@@ -168,6 +168,13 @@ class ComposeRuntime:
         await self._compose(dep, "down", "--remove-orphans", "-t", str(int(timeout_s)))
         self.state.remove(dep.id)
 
+    def forget(self, dep: Deployment) -> str:
+        self.state.remove(dep.id)
+        return (
+            f"its stopped containers and network (Compose project {dep.project}) may remain: "
+            f"`docker compose -p {dep.project} down` removes them"
+        )
+
     def owner_of(self, pid: int) -> str | None:
         """The deployment whose container ``pid`` runs in (its cgroup names it)."""
         container = container_of(pid)

@@ -129,6 +129,10 @@ class ProcessRuntime:
             return None
         return next((roots[p] for p in lineage(pid) if p in roots), None)
 
+    def forget(self, dep: Deployment) -> str:
+        self.state.remove(dep.id)
+        return "its process had already exited: nothing is left behind"
+
     async def stop(self, dep: Deployment, timeout_s: float) -> None:
         pid = self._pid(dep)
         if pid is not None and self._alive(dep):

@@ -67,6 +67,10 @@ class SimRuntime:
         dep.port = running.port
         self._running[dep.id] = running
 
+    def forget(self, dep: Deployment) -> str:
+        self._running.pop(dep.id, None)
+        return "a simulator leaves nothing behind"
+
     async def stop(self, dep: Deployment, timeout_s: float) -> None:
         running = self._running.pop(dep.id, None)
         if running is not None:

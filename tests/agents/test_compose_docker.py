@@ -431,3 +431,45 @@ async def test_stop_and_swap_keep_the_model_cache_and_only_a_named_removal_delet
         ("ok", 200),
     ]
     assert stops[-1]["remove_volumes"] == [cache_volume]
+
+
+async def test_a_crashed_engine_is_removed_when_compose_is_missing(
+    rig: object,
+    node: str,
+    docker_config: AgentConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """A dead engine's stop answered 500 ("agent answered 500") where Compose was gone,
+    and the row stayed `stopping dead` for good: now it is removed with what it left."""
+    from agents.runtime.compose import find_compose
+
+    async with embedded_agent(docker_config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("llamacpp", llama(rig, 1))
+        assert engine.health == "healthy", engine.message
+        project = f"infer-{engine.id}"
+        record = docker_config.state_dir / "deployments" / f"{engine.id}.json"
+        try:
+            (container,) = containers(node)
+            assert docker("kill", container).returncode == 0
+
+            async def dead() -> bool:
+                return (await client.engine(engine.id)).health == "dead"
+
+            await apoll_until(dead, "the engine to be reported dead", timeout_s=30)
+            with monkeypatch.context() as m:  # no Compose on this node any more
+                m.setenv("PATH", str(tmp_path / "empty"))
+                m.setattr(sys, "executable", str(tmp_path / "python"))
+                find_compose.cache_clear()
+                stopped = await client.stop(engine.id)
+            find_compose.cache_clear()
+            assert stopped.state == "stopped"
+            assert stopped.message and "no Docker Compose found" in stopped.message
+            assert f"docker compose -p {project} down" in stopped.message, stopped.message
+            assert await client.engines() == []
+            assert not record.exists()  # an agent restart does not bring the row back
+            (event,) = [e for e in await client.recent_events() if e.kind == "stopped"]
+            assert event.message == stopped.message
+        finally:
+            find_compose.cache_clear()
+            remove_networks(project)  # the node fixture removes containers only

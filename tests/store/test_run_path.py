@@ -59,13 +59,15 @@ async def test_a_run_whose_every_request_failed_is_stored_failed_and_says_why(
         "--save", "--db", str(db),
     )  # fmt: skip
     assert code == 1, err
-    assert "(failed: all 6 requests failed: connect 6)" in err
+    # the reason ends with the first failure's own words (here the client's: no engine)
+    said = "all 6 requests failed: connect 6 — ClientConnectorError: Cannot connect to host"
+    assert f"(failed: {said}" in err.replace("\n", ""), err
     with open_store(db) as st:
         (run,) = st.list_runs()
-    assert (run.status, run.status_reason) == ("failed", "all 6 requests failed: connect 6")
+    assert run.status == "failed" and (run.status_reason or "").startswith(said), run
     assert run.request_count == 6  # the failures themselves are kept
     row = next(line for line in _runs_list(db).splitlines() if run.run_id in line)
-    assert "failed: all 6 requests failed: connect 6" in row
+    assert f"failed: {said}" in row
 
 
 async def test_a_run_against_the_simulator_is_stored_as_simulated(tmp_path: Path) -> None:
@@ -165,6 +167,8 @@ def test_a_run_that_completed_no_request_is_failed_and_says_why() -> None:
         "failed",
         "no request completed: 2 failed (connect 2), 1 cut",
     )
+    said = replace(level(0, 2, 0, connect=1, http_status=1), failure_samples={"http_status": "x"})
+    assert judge([said]) == ("failed", "all 2 requests failed: connect 1, http_status 1 — x")
     assert judge([level(0, 0, 3)]) == (
         "failed",
         "no request completed: all 3 were cut at their level's end",

@@ -77,6 +77,7 @@ async def swap_engine(pilot: Pilot[Any], field: str, value: str, timeout_s: floa
     await wait_until(pilot, lambda: table.row_count == 1, "the engine in the node's table")
     await type_into(pilot, field, value)
     await pilot.click("#swap")
+    await confirm(pilot, "Swap ")
     await wait_for_action(pilot, "swap done", "the swap", timeout_s)
 
 
@@ -88,4 +89,13 @@ async def stop_first_engine(pilot: Pilot[Any], frame_shows: Callable[[], bool], 
     await pilot.pause()
     app.screen.query_one("#engine-table", DataTable).move_cursor(row=0)
     await pilot.click("#stop")
+    await confirm(pilot, "Stop ")
     await wait_for_action(pilot, "stop done", "the stop")
+
+
+async def confirm(pilot: Pilot[Any], question: str) -> None:
+    """Answer yes to the confirmation an action asks, which names the node's engine."""
+    await wait_until(pilot, lambda: bool(pilot.app.screen.query("#yes")), "the confirmation")
+    asked = str(pilot.app.screen.query_one("Label").render())
+    assert asked.startswith(question) and " on " in asked, asked
+    await pilot.click("#yes")

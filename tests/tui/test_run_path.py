@@ -141,7 +141,8 @@ async def test_a_tui_run_whose_every_request_failed_is_shown_and_stored_as_faile
             status = text_of(pilot, "#load-status")
         assert "all 8 requests failed: connect 8" in status, status
         (run,) = store.list_runs()
-        assert (run.status, run.status_reason) == ("failed", "all 8 requests failed: connect 8")
+        assert run.status == "failed", run
+        assert (run.status_reason or "").startswith("all 8 requests failed: connect 8 — "), run
         assert run.request_count == 8 and run.profile["origin"] == "tui"
     finally:
         store.close()

@@ -335,3 +335,79 @@ def test_alerts_screen(snap_compare: Any) -> None:
         await settle(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def _running_load(app: InferTopApp) -> None:
+    """The Load screen as it is while a load test runs against vllm-a."""
+    screen: Any = app.screen
+    screen._load_running, screen.running_target = True, "h200-0/vllm-a"
+
+
+@pytest.mark.parametrize("key", ["c", "q"])
+def test_load_running_asks_before_cancel_or_quit(snap_compare: Any, key: str) -> None:
+    """`c` (cancel the run) and `q` (quit) during a load test ask first, naming it."""
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await open_screen(pilot, app, "4", nodes=1)
+        app.screen.query_one("#target").value = "h200-0/vllm-a"
+        _running_load(app)
+        await pilot.press(key)
+        await wait_until(pilot, lambda: bool(app.screen.query("#yes")), "the question")
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_load_failed_with_the_engines_words(snap_compare: Any, seed_store: Any) -> None:
+    """Every request refused: each level shows its failure kinds with the engine's own
+    message, and the status line says why the run failed."""
+    import dataclasses
+
+    from runs.events import LevelFinished
+    from tui.messages import LoadFinished, LoadProgress
+
+    app = frozen_app(frozen_services(store=seed_store))
+    levels = [lv.summary for lv in seed_store.levels("seed02-h100-llama2-7b-vllm")][:2]
+    said = (
+        "HTTP 400 exceed_context_size_error: request (391 tokens) exceeds the available "
+        "context size (256 tokens), try increasing it"
+    )
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await open_screen(pilot, app, "4", nodes=1)
+        screen: Any = app.screen
+        screen._planned = 2
+        for level in levels:
+            failed = dataclasses.replace(
+                level, completed=0, failed=32, failures_by_kind={"http_status": 32},
+                failure_samples={"http_status": said},
+            )  # fmt: skip
+            screen.on_load_progress(LoadProgress(LevelFinished(failed)))
+        screen.on_load_finished(
+            LoadFinished("0123456789ab", f"all 64 requests failed: http_status 64 — {said}")
+        )
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+@pytest.mark.parametrize("action", ["stop", "swap"])
+def test_engines_ask_before_stop_or_swap(snap_compare: Any, action: str) -> None:
+    """Stop and swap ask first, naming the engine (kind, id, node)."""
+    app = frozen_app()
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await open_screen(pilot, app, "3", nodes=1)
+        screen = app.screen
+        screen.query_one("#model").value = "Llama-3.1-70B"
+        table = screen.query_one("#engine-table", DataTable)
+        await wait_rows(pilot, table, 2)
+        table.move_cursor(row=0)
+        # the frozen fleet has no agent; the question is asked before one is used
+        screen._client = lambda: object()
+        getattr(screen, f"action_{action}")()
+        await wait_until(pilot, lambda: bool(app.screen.query("#yes")), "the question")
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
 from textual import on, work
@@ -39,6 +39,7 @@ from control.services import describe_error
 from tui.fasttable import Cell
 from tui.messages import EngineActionDone, EngineProgress
 from tui.screens.base import BaseScreen
+from tui.screens.confirm import Confirm
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
 RUNTIMES = ("auto", "compose", "process", "sim")
@@ -350,8 +351,13 @@ class EngineScreen(BaseScreen):
         gpus = sorted(self.query_one("#gpus", SelectionList).selected)
         if gpus and "profile" not in config:  # move to the picked GPUs (simulators have none)
             config["gpu_ids"] = gpus
-        self._run(
-            self._node_name() or "", "swap", swap_engine(client, engine, config, self._progress)
+        node = self._node_name() or ""
+        new = config.get("model") or config.get("profile") or "the form's settings"
+        self._confirm(
+            f"Swap {self._engine_label(node, engine)} for {new}? It stops serving until the "
+            "new engine is healthy (the old one comes back if it fails).",
+            "Swap",
+            lambda: self._run(node, "swap", swap_engine(client, engine, config, self._progress)),
         )
 
     def action_stop(self) -> None:
@@ -361,7 +367,28 @@ class EngineScreen(BaseScreen):
             return
         if client is None:
             return
-        self._run(self._node_name() or "", "stop", stop_engine(client, engine, self._progress))
+        node = self._node_name() or ""
+        self._confirm(
+            f"Stop {self._engine_label(node, engine)}? Its requests in flight fail; "
+            "its model cache stays.",
+            "Stop",
+            lambda: self._run(node, "stop", stop_engine(client, engine, self._progress)),
+        )
+
+    def _engine_label(self, node: str, engine_id: str) -> str:
+        """The engine in words: its kind, id and node."""
+        kind = next(
+            (e.kind for at, e in self.top.model.engines() if at == node and e.id == engine_id),
+            "engine",
+        )
+        return f"{kind} {engine_id} on {node}"
+
+    def _confirm(self, question: str, yes: str, then: Callable[[], object]) -> None:
+        def done(confirmed: bool | None) -> None:
+            if confirmed:
+                then()
+
+        self.app.push_screen(Confirm(question, yes, "Keep it"), done)
 
     def _progress(self, text: str, fraction: float | None) -> None:
         self.post_message(EngineProgress(text, fraction))
@@ -374,6 +401,8 @@ class EngineScreen(BaseScreen):
             self.post_message(EngineActionDone(node, action, False, describe_error(exc)))
             return
         text = f"{action} done" + (f": {result.id} {result.health}" if result else "")
+        if action == "stop" and result is not None and result.message:
+            text += f" — {result.message}"  # e.g. a crashed engine removed without its runtime
         self.post_message(EngineActionDone(node, action, True, text))
 
     def on_engine_progress(self, message: EngineProgress) -> None:

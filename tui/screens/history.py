@@ -8,9 +8,7 @@ from typing import ClassVar
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
-from textual.screen import ModalScreen
-from textual.widgets import Button, DataTable, Input, Label, Static
+from textual.widgets import DataTable, Input, Static
 
 from control.exporting import export_comparison
 from control.model import fmt
@@ -18,6 +16,7 @@ from control.services import describe_error
 from store import RunInfo
 from tui.fasttable import Cell
 from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded
+from tui.screens.confirm import Confirm
 from tui.screens.shared import FilteredScreen, RunsScreen
 from tui.widgets import Row, add_fixed_columns, selected_key, sync_table, when
 
@@ -69,26 +68,6 @@ def run_rows(runs: list[RunInfo], text: str) -> list[Row]:
             )
         )
     return rows
-
-
-class ConfirmDelete(ModalScreen[bool]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
-
-    def __init__(self, label: str) -> None:
-        super().__init__()
-        self.label = label
-
-    def compose(self) -> ComposeResult:
-        with Horizontal(id="confirm"):
-            yield Label(f"Delete run {self.label} and all its requests?")
-            yield Button("Delete", variant="error", id="yes")
-            yield Button("Keep", id="no")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
-
-    def action_cancel(self) -> None:
-        self.dismiss(False)
 
 
 class HistoryScreen(FilteredScreen, RunsScreen):
@@ -182,7 +161,9 @@ class HistoryScreen(FilteredScreen, RunsScreen):
             if confirmed:
                 self._delete(key)
 
-        self.app.push_screen(ConfirmDelete(key[:12]), done)
+        self.app.push_screen(
+            Confirm(f"Delete run {key[:12]} and all its requests?", "Delete", "Keep"), done
+        )
 
     @work(group="history-delete", exit_on_error=False)
     async def _delete(self, run_id: str) -> None:

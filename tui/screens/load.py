@@ -4,8 +4,11 @@ the target node's GPUs live; the run is saved to the store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -22,14 +25,16 @@ from control.loads import (
 )
 from control.model import fmt
 from control.services import describe_error
+from loadgen.report import level_label
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
-from runs.records import LevelSummary, failures_text
+from runs.records import LevelSummary, failures_sampled, failures_text
 from store.recorder import RunRecorder
 from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
 from tui.fasttable import Cell
 from tui.messages import LoadFinished, LoadProgress, RunsChanged
 from tui.screens.base import BaseScreen
+from tui.screens.confirm import Confirm
 from tui.widgets import Row, add_fixed_columns, gpu_rows, sync_table
 
 # Fits the 74 columns left of the GPU panel at 120 wide (each cell pads 1 each side);
@@ -79,7 +84,10 @@ def level_row(summary: LevelSummary) -> Row:
 class LoadScreen(BaseScreen):
     MODE = "load"
     AUTO_FOCUS = "#target"
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("r", "run", "Run load test")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "run", "Run load test"),
+        Binding("c", "cancel_run", "Cancel run"),
+    ]
 
     def body(self) -> ComposeResult:
         with Horizontal(id="load-main"):
@@ -112,6 +120,7 @@ class LoadScreen(BaseScreen):
                 table: DataTable[Cell] = DataTable(id="load-levels", cursor_type="row")
                 add_fixed_columns(table, LOAD_LEVEL_COLUMNS)
                 yield table
+                yield Static("", id="load-failures")
                 yield Chart(id="load-tps")
             with Vertical(id="load-right"):
                 yield Static("Target node GPUs", classes="section", id="load-gpu-title")
@@ -122,8 +131,16 @@ class LoadScreen(BaseScreen):
         """The healthy engines (node/engine) the target list offers."""
         self._tps: list[tuple[float, float]] = []
         self._levels: dict[str, Row] = {}
+        self._failures: dict[int, list[str]] = {}
+        """Each finished level's failure kinds with the engine's own words."""
         self._planned = 1
         self._load_running = False
+        self.running_target: str | None = None
+        """The engine (node/engine) a load test runs against now, else None."""
+        self._recorder: RunRecorder | None = None
+        self._stop_reason: str | None = None
+        """Why the operator stopped the running load test (its levels so far are kept)."""
+        self._after_stop: Callable[[], object] | None = None
 
     def on_mount(self) -> None:
         self.refresh_fleet()
@@ -200,8 +217,11 @@ class LoadScreen(BaseScreen):
             load_from=load_from,
         )
         self._load_running = True
+        self.running_target, self._stop_reason = value, None
         self._tps.clear()
         self._levels.clear()
+        self._failures.clear()
+        self.query_one("#load-failures", Static).display = False
         self._planned = len(prof.concurrency)
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
@@ -218,11 +238,20 @@ class LoadScreen(BaseScreen):
             return
         request = await resolve_target(services.node(request.node), request)
         recorder = RunRecorder(services.store)  # gets every event, requests included
+        self._recorder = recorder
+        if self._stop_reason is not None:  # cancelled while its target was resolved
+            recorder.stopping(self._stop_reason)
         self.top.record_telemetry(request.node, True)
         try:
-            async for event in services.load_runner(request, recorder):
-                self.top.observe_run(request.node, request.engine_id, event)
-                self.post_message(LoadProgress(event))
+            events = services.load_runner(request, recorder)
+            # closing the events stops the run: its cut requests and end still reach
+            # the recorder, which keeps the levels it finished
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    self.top.observe_run(request.node, request.engine_id, event)
+                    self.post_message(LoadProgress(event))
+                    if self._stop_reason is not None:
+                        break
             recorder.abandon("the load test ended without a result")
         except Exception as exc:
             recorder.abandon(describe_error(exc))
@@ -232,6 +261,33 @@ class LoadScreen(BaseScreen):
         if services.store is not None:
             await asyncio.to_thread(services.store.flush)
         self.post_message(LoadFinished(run_id, error))
+
+    def action_cancel_run(self) -> None:
+        if not self._load_running or self.running_target is None:
+            self.notify("no load test is running", severity="warning")
+            return
+
+        def done(confirmed: bool | None) -> None:
+            if confirmed:
+                self.stop_run("cancelled by the operator in the TUI")
+
+        question = (
+            f"Cancel the load test on {self.running_target}? Its finished levels and "
+            "requests stay saved; the run is kept as interrupted."
+        )
+        self.app.push_screen(Confirm(question, "Cancel run", "Keep running"), done)
+
+    def stop_run(self, reason: str, then: Callable[[], object] | None = None) -> None:
+        """Stop the running load test (at its next event, within a progress tick);
+        ``then`` runs once it is stopped and saved (the app's exit after a quit)."""
+        if not self._load_running:
+            if then is not None:
+                then()
+            return
+        self._stop_reason, self._after_stop = reason, then
+        if self._recorder is not None:
+            self._recorder.stopping(reason)
+        self.query_one("#load-status", Static).update(f"stopping the load test: {reason}")
 
     def on_load_progress(self, message: LoadProgress) -> None:
         event = message.event
@@ -267,6 +323,7 @@ class LoadScreen(BaseScreen):
         elif isinstance(event, LevelFinished):
             row = level_row(event.summary)
             self._levels[row[0]] = row
+            self._show_failures(event.summary)
             self.query_one("#load-progress", ProgressBar).update(
                 progress=len([r for r in self._levels.values() if r[1][-1] == "done"])
                 / self._planned
@@ -281,6 +338,19 @@ class LoadScreen(BaseScreen):
         )
         self._draw_tps()
 
+    def _show_failures(self, summary: LevelSummary) -> None:
+        """Under the table: each level's failure kinds with a sample of the engine's
+        own message (plain text: the engine's words may hold markup brackets)."""
+        label = level_label(summary)
+        lines = failures_sampled(summary.failures_by_kind, summary.failure_samples)
+        if not lines:
+            return
+        self._failures[summary.level_index] = [f"{label} failed: {line}" for line in lines]
+        text = "\n".join(line for _, kinds in sorted(self._failures.items()) for line in kinds)
+        failures = self.query_one("#load-failures", Static)
+        failures.update(Text(text, style="red"))
+        failures.display = True
+
     def _draw_tps(self) -> None:
         series = (
             (Series(None, tuple(range(len(self._tps))), tuple(v for _, v in self._tps)),)
@@ -290,9 +360,15 @@ class LoadScreen(BaseScreen):
         self.query_one("#load-tps", Chart).show(ChartData("output tok/s during the run", series))
 
     def on_load_finished(self, message: LoadFinished) -> None:
-        self._load_running = False
+        self._load_running, self.running_target, self._recorder = False, None, None
         status = self.query_one("#load-status", Static)
-        if message.error:
+        if self._stop_reason is not None and message.run_id:
+            kept = len([r for r in self._levels.values() if r[1][-1] == "done"])
+            status.update(
+                f"[yellow]load test {self._stop_reason}: run {message.run_id} saved as "
+                f"interrupted with its {kept} finished level(s)[/]"
+            )
+        elif message.error:
             status.update(
                 f"[bold red]load test failed: {message.error}[/]"
                 + (f" (run {message.run_id} saved)" if message.run_id else "")
@@ -304,3 +380,6 @@ class LoadScreen(BaseScreen):
                 "press 5 to compare, 6 for history"
             )
         self.app.post_message(RunsChanged())
+        after, self._after_stop = self._after_stop, None
+        if after is not None:
+            after()
