@@ -215,9 +215,14 @@ class EngineManager:
                         scrape = Scrape(scrape.sample)
                     if scrape.sample is None and dep.state == "ready":
                         # No answer: where no event stream reports exits, this is how one shows.
-                        status = await self.runtime_for(dep).status(dep)
+                        runtime = self.runtime_for(dep)
+                        status = await runtime.status(dep)
                         if status != "running":
-                            self._exited(dep.id, f"the engine is {status} (found by polling)")
+                            # the runtime's exit watcher may not have seen it yet: ask it
+                            code = await runtime.exit_code(dep)
+                            how = "" if code is None else f", code {code}"
+                            reason = f"the engine is {status} (found by polling{how})"
+                            self._exited(dep.id, reason, exit_code=code)
             except Exception as exc:  # this engine's frame says so; the others keep theirs
                 log.exception("telemetry of engine %s failed", dep.id)
                 scrape = Scrape(error=f"telemetry failed ({type(exc).__name__}: {exc})")

@@ -124,6 +124,9 @@ class Runtime(Protocol):
     async def status(self, dep: Deployment) -> str:
         """running | exited | missing"""
 
+    async def exit_code(self, dep: Deployment) -> int | None:
+        """How the engine ended, where it has and the runtime can tell; else None."""
+
     def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]: ...
 
     async def adopt(self) -> list[Deployment]:

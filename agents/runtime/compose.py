@@ -236,6 +236,13 @@ class ComposeRuntime:
             return "missing"
         return "running" if any(c.status == "running" for c in containers) else "exited"
 
+    async def exit_code(self, dep: Deployment) -> int | None:
+        containers = await asyncio.to_thread(self._containers, dep)
+        codes = [
+            c.attrs.get("State", {}).get("ExitCode") for c in containers if c.status == "exited"
+        ]
+        return next((int(code) for code in codes if isinstance(code, int)), None)
+
     async def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]:
         args = ["logs", "--no-color", "--no-log-prefix", "--tail", str(tail)]
         if follow:

@@ -154,6 +154,10 @@ class ProcessRuntime:
     async def status(self, dep: Deployment) -> str:
         return "running" if self._alive(dep) else "exited"
 
+    async def exit_code(self, dep: Deployment) -> int | None:
+        proc = self._procs.get(dep.id)  # an adopted engine is no child of ours: unknown
+        return None if proc is None else proc.poll()
+
     async def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]:
         path = self.log_path(dep)
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []

@@ -82,6 +82,9 @@ class SimRuntime:
             return "missing"
         return "exited" if running.crashed else "running"
 
+    async def exit_code(self, dep: Deployment) -> int | None:
+        return None  # a simulator has no process to end
+
     async def logs(self, dep: Deployment, tail: int, follow: bool) -> AsyncIterator[str]:
         running = self._running.get(dep.id)
         profile = running.profile.name if running else dep.config.get("profile")
