@@ -119,8 +119,10 @@ async def test_llamacpp_defers_beyond_its_slots(sim_factory: StartSim) -> None:
         assert await asyncio.gather(*(one() for _ in range(12))) == [200] * 12
     truth = sim.ground_truth()
     first_end = min(t.finished_s or 0.0 for t in truth)
-    # 8 slots: the other 4 wait until a slot frees.
-    assert sum(1 for t in truth if (t.scheduled_s or 0.0) >= first_end) == 4
+    # 8 slots: at most 8 are scheduled before the first one ends, so at least 4 of the
+    # 12 wait for a slot (more where a busy client sent them late).
+    waited = sum(1 for t in truth if (t.scheduled_s or 0.0) >= first_end)
+    assert 4 <= waited <= 12 and len(truth) - waited <= 8, waited
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,9 @@ def test_demo_every_screen_by_key(tmux: Tmux, tmp_path: Path) -> None:
         "TTFT p50 vs concurrency",
         "trtllm simulated",
         "llamacpp simulated",
+        # the table fills after the charts' legends on a busy machine: wait for its rows
+        "fail %",
+        "@64",
     )
     table = [line for line in screen.splitlines() if "simulated" in line and "@" not in line]
     rows = {
