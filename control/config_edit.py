@@ -119,5 +119,8 @@ def drop_node(path: Path, name: str) -> bool:
     blocks = _blocks(old)
     if not any(found == name for found, _ in blocks):
         return False
-    _write(path, old, "".join(text for found, text in blocks if found != name), name)
+    new = "".join(text for found, text in blocks if found != name)
+    if blocks[-1][0] == name and new.strip():  # the blank line put_node set before it
+        new = new.rstrip("\n") + "\n"
+    _write(path, old, new, name)
     return True

@@ -75,6 +75,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add.add_argument(
         "--rotate-token", action="store_true", help="give the agent a fresh token (else kept)"
     )
+    add.add_argument(
+        "--agent-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more infer-agent argument, e.g. --agent-arg=--model-dir=/srv/models "
+        "(repeatable; kept in the agent's config until the next add)",
+    )
     add.add_argument("--config", type=Path, help=f"your config file (default {config_path()})")
     add.add_argument(
         "--wheel-cache",
@@ -152,6 +160,7 @@ def _add(args: argparse.Namespace, say: Say) -> None:
             "port": args.port,
             "prefix": args.prefix,
             "rotate_token": args.rotate_token,
+            "agent_args": args.agent_arg,
             "wheel": wheel.name,
             "digest": wheel_digest(wheel),
         }

@@ -136,6 +136,8 @@ def _pip(venv: Path, wheels: Path, *args: str) -> None:
 
 
 def agent_argv(prefix: Path, config: dict[str, object]) -> list[str]:
+    extra = config.get("args") or []
+    assert isinstance(extra, list)
     return [
         str(prefix / "venv" / "bin" / "infer-agent"),
         "--listen",
@@ -146,6 +148,7 @@ def agent_argv(prefix: Path, config: dict[str, object]) -> list[str]:
         str(config["name"]),
         "--state-dir",
         str(prefix / "state"),
+        *(str(arg) for arg in extra),
     ]
 
 
@@ -258,7 +261,14 @@ def install(params: dict[str, object]) -> dict[str, object]:
         progress("writing a fresh token (owner-only)")
         write_private(token_file, secrets.token_urlsafe(32) + "\n")
     service = "systemd" if _systemd() else "process"
-    config = {"name": params["name"], "port": params["port"], "service": service}
+    extra = params.get("agent_args") or []
+    assert isinstance(extra, list)
+    config = {
+        "name": params["name"],
+        "port": params["port"],
+        "service": service,
+        "args": [str(arg) for arg in extra],
+    }
     config_file = prefix / "agent.json"
     old = json.loads(config_file.read_text()) if config_file.exists() else {}
     pid = _supervisor_pid(prefix)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.protocol import NodeInfo
 from control.config import NodeConfig, load_config
 from control.transport import connected
 from tests.conftest import IN_CI
@@ -63,9 +64,9 @@ def _node(config: Path, name: str) -> NodeConfig | None:
     return next((n for n in load_config(config).nodes if n.name == name), None)
 
 
-async def _ask(node: NodeConfig) -> str:
+async def _ask(node: NodeConfig) -> NodeInfo:
     async with connected(node) as client:
-        return (await client.node_info()).node
+        return await client.node_info()
 
 
 def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up(
@@ -77,7 +78,7 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     config.write_text(OTHER)
     add = ["node", "add", "lab2", "--ssh", "lab", "--ssh-config", str(rig.config_file)]
     add += ["--port", str(PORT), "--prefix", str(prefix), "--config", str(config)]
-    add += ["--wheel-cache", str(WHEEL_CACHE)]
+    add += ["--wheel-cache", str(WHEEL_CACHE), "--agent-arg=--interval=500ms"]
     assert "default" not in lab.run("ip", "route").stdout  # no index is reachable from it
 
     assert main(add) == 0, capsys.readouterr().err
@@ -86,7 +87,8 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     node = _node(config, "lab2")
     assert node is not None and (node.transport, node.ssh) == ("ssh", "lab")
     assert node.url == f"http://127.0.0.1:{PORT}"
-    assert asyncio.run(_ask(node)) == "lab2"  # through the ssh transport, with its token
+    info = asyncio.run(_ask(node))  # through the ssh transport, with its token
+    assert (info.node, info.interval_s) == ("lab2", 0.5)  # its name and --agent-arg
     token = node.read_token()  # refuses a token file others may read
     assert (prefix / "token").read_text().strip() == token
     assert (prefix / "token").stat().st_mode & 0o077 == 0
