@@ -146,7 +146,7 @@ def _add(args: argparse.Namespace, say: Say) -> None:
     ssh_config = args.ssh_config.resolve() if args.ssh_config else None
     remote = Remote(destination, ssh_config)
     say(f"[1/6] checking {destination}")
-    probe = remote.call("probe", {}, say)
+    probe = remote.call("probe", {"port": args.port, "prefix": args.prefix}, say)
     check_node(probe, say)
     with tempfile.TemporaryDirectory(prefix="infer-top-node-") as scratch:
         say(f"[2/6] building the agent's wheel from {source_root()}")

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -74,7 +75,20 @@ def _systemd() -> bool:
     return os.geteuid() == 0 and Path("/run/systemd/system").is_dir()
 
 
-def probe(_params: dict[str, object]) -> dict[str, object]:
+def _port_taken(params: dict[str, object]) -> bool:
+    """Another program has the agent's port (this install's own running agent does not count)."""
+    port = int(str(params.get("port") or 0))
+    if not port or _port_free(port):
+        return False
+    prefix = Path(str(params.get("prefix") or default_prefix())).expanduser()
+    try:
+        config = json.loads((prefix / "agent.json").read_text())
+    except (OSError, ValueError):
+        return True
+    return config.get("port") != port or not _running(prefix, str(config.get("service")))
+
+
+def probe(params: dict[str, object]) -> dict[str, object]:
     import importlib.util
 
     libc, libc_version = platform.libc_ver()
@@ -91,6 +105,7 @@ def probe(_params: dict[str, object]) -> dict[str, object]:
         "jetson": Path("/etc/nv_tegra_release").exists(),
         "systemd": _systemd(),
         "prefix": str(default_prefix()),
+        "port_taken": _port_taken(params),
     }
 
 
@@ -189,6 +204,13 @@ def _stop(prefix: Path, config: dict[str, object]) -> None:
         os.killpg(pid, signal.SIGKILL)  # the supervisor leads its session and group
 
 
+def _running(prefix: Path, service: str) -> bool:
+    if service == "systemd":
+        active = ["systemctl", "is-active", "--quiet", UNIT_NAME]
+        return subprocess.run(active, timeout=60).returncode == 0
+    return _supervisor_pid(prefix) is not None
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as probe_socket:
         try:
@@ -209,7 +231,7 @@ def _start(prefix: Path, config: dict[str, object]) -> int | None:
         unit.write_text(
             "[Unit]\nDescription=infer-top node agent (installed by infer-top node add)\n"
             "After=network-online.target docker.service\n\n"
-            f"[Service]\nExecStart={' '.join(agent_argv(prefix, config))}\n"
+            f"[Service]\nExecStart={shlex.join(agent_argv(prefix, config))}\n"
             "Restart=on-failure\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n"
         )
         subprocess.run(["systemctl", "daemon-reload"], check=True, timeout=60)
@@ -229,14 +251,8 @@ def _start(prefix: Path, config: dict[str, object]) -> int | None:
     return supervisor.pid
 
 
-def install(params: dict[str, object]) -> dict[str, object]:
-    if sys.version_info[:2] < MIN_PYTHON:
-        raise Refusal(f"the agent needs Python >= 3.11; this node's python3 is {sys.version}")
-    prefix = Path(str(params.get("prefix") or default_prefix())).expanduser()
-    prefix.mkdir(mode=0o700, parents=True, exist_ok=True)
-    progress(f"receiving wheels into {prefix}")
-    wheels = prefix / "wheels"
-    _receive_wheels(wheels)
+def _install_package(prefix: Path, wheels: Path, params: dict[str, object]) -> bool:
+    """The agent's package in the prefix's venv; False when that wheel is installed already."""
     venv = prefix / "venv"
     if not (venv / "bin" / "python").exists():
         progress(f"creating a venv at {venv}")
@@ -254,7 +270,21 @@ def install(params: dict[str, object]) -> dict[str, object]:
         stamp.write_text(json.dumps({"digest": digest, "wheel": wheel.name}) + "\n")
     else:
         progress("the agent package is up to date")
-    shutil.rmtree(wheels)
+    return upgraded
+
+
+def install(params: dict[str, object]) -> dict[str, object]:
+    if sys.version_info[:2] < MIN_PYTHON:
+        raise Refusal(f"the agent needs Python >= 3.11; this node's python3 is {sys.version}")
+    prefix = Path(str(params.get("prefix") or default_prefix())).expanduser()
+    prefix.mkdir(mode=0o700, parents=True, exist_ok=True)
+    progress(f"receiving wheels into {prefix}")
+    wheels = prefix / "wheels"
+    try:
+        _receive_wheels(wheels)
+        upgraded = _install_package(prefix, wheels, params)
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
     token_file = prefix / "token"
     rotated = bool(params.get("rotate_token")) or not token_file.exists()
     if rotated:
@@ -272,7 +302,7 @@ def install(params: dict[str, object]) -> dict[str, object]:
     config_file = prefix / "agent.json"
     old = json.loads(config_file.read_text()) if config_file.exists() else {}
     pid = _supervisor_pid(prefix)
-    if upgraded or rotated or old != config or (service == "process" and pid is None):
+    if upgraded or rotated or old != config or not _running(prefix, service):
         _stop(prefix, old or config)
         write_private(config_file, json.dumps(config, indent=2) + "\n")
         progress(f"starting the agent on {AGENT_HOST}:{config['port']} ({service})")

@@ -142,6 +142,11 @@ def check_node(probe: Json, say: Say) -> None:
             "the node's python3 cannot create a venv (no venv module): install "
             "python3-venv there (Debian/Ubuntu) and run again"
         )
+    if probe.get("port_taken"):
+        raise NodeSetupError(
+            "the agent's port on the node's loopback is taken by another program: "
+            "pick another with --port"
+        )
     if not probe.get("docker") or not probe.get("compose"):
         say("  (without Docker and Compose the agent runs native engines only)")
 

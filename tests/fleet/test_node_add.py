@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +115,30 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     assert not prefix.exists()
     assert _node(config, "lab2") is None and _node(config, "other") is not None
     assert not node.token_file or not node.token_file.exists()
+
+
+def test_a_refused_key_stops_node_add_with_ssh_s_words_and_nothing_written(
+    lab: TestNode, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rig = SshRig.at(lab.token_file.parent)
+    stranger = tmp_path / "stranger_key"
+    keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)]
+    subprocess.run(keygen, check=True, timeout=30)
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(rig.host_block("lab", lab).replace(str(rig.client_key), str(stranger)))
+    config, prefix = tmp_path / "config.toml", tmp_path / "node-prefix"
+    add = ["node", "add", "lab2", "--ssh", "lab", "--ssh-config", str(ssh_config)]
+    add += ["--prefix", str(prefix), "--config", str(config)]
+    assert main(add) == 1
+    err = capsys.readouterr().err
+    assert "infer-top node add: ssh lab failed:" in err and "Permission denied" in err, err
+    assert "the key is refused" in err
+    assert not config.exists() and not prefix.exists()
+
+    # the rig's own agent has 7070 on the node's loopback: refused before anything is built
+    add = [*add[:6], str(rig.config_file), *add[7:]]
+    assert main(add) == 1
+    assert "port on the node's loopback is taken by another program: pick another with --port" in (
+        capsys.readouterr().err
+    )
+    assert not config.exists() and not prefix.exists()
