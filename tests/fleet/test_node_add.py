@@ -1,20 +1,24 @@
 """``infer-top node add/remove`` against a real sshd node (tests/netns.py): the agent is
 installed from this checkout's freshly built wheel with the node-side pip on ``--no-index``
 (the namespace has only its bridge, no route anywhere), answers through the ssh transport,
-lands in the operator's config; a second add changes nothing; remove leaves no process, no
-file under the prefix and no config entry. The node shares this machine's filesystem, so
-everything goes under a test-made ``--prefix``."""
+lands in the operator's config; a second add changes nothing; its supervisor starts it again
+when it is killed; remove leaves no process, no file under the prefix and no config entry.
+The node shares this machine's filesystem, so everything goes under a test-made ``--prefix``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from agents.client import AgentError
 from agents.protocol import NodeInfo
 from control.config import NodeConfig, load_config
 from control.transport import connected
@@ -65,6 +69,17 @@ def _node(config: Path, name: str) -> NodeConfig | None:
     return next((n for n in load_config(config).nodes if n.name == name), None)
 
 
+async def _ask_until(node: NodeConfig, deadline: float) -> NodeInfo:
+    """The agent's answer once it is up again (it was just restarted)."""
+    while True:
+        try:
+            return await _ask(node)
+        except AgentError:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)
+
+
 async def _ask(node: NodeConfig) -> NodeInfo:
     async with connected(node) as client:
         return await client.node_info()
@@ -107,6 +122,17 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     again = _node(config, "lab2")
     assert again is not None and again.read_token() == token
     assert config.read_text().count('name = "lab2"') == 1
+
+    # the supervisor starts a killed agent again, and it answers through ssh
+    (agent,) = set(running) - {pid}
+    os.kill(agent, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while set(_processes_under(lab, prefix)) - {pid, agent} == set():
+        assert time.monotonic() < deadline, "the supervisor did not start the agent again"
+        time.sleep(0.1)
+    info = asyncio.run(_ask_until(node, deadline))
+    assert info.node == "lab2"
+    running = _processes_under(lab, prefix)
 
     remove = ["node", "remove", "lab2", "--prefix", str(prefix), "--config", str(config)]
     assert main(remove) == 0, capsys.readouterr().err
