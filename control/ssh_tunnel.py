@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -64,6 +64,35 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def ssh_argv(
+    destination: str,
+    *,
+    config_file: Path | None = None,
+    ssh: str = "ssh",
+    flags: Sequence[str] = (),
+    options: Sequence[str] = (),
+    command: str | None = None,
+) -> list[str]:
+    """The one ssh command line infer-top runs: the node's ``-F`` file, ``BatchMode=yes``
+    (never a prompt), a bounded connect, ``flags`` and ``-o options``, the destination
+    after ``--`` (never read as an option), then the remote ``command`` (one shell string)."""
+    config = ["-F", str(config_file)] if config_file else []
+    extra = [arg for option in options for arg in ("-o", option)]
+    return [
+        ssh,
+        *config,
+        *flags,
+        *extra,
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+        "--",
+        destination,
+        *([command] if command is not None else []),
+    ]
 
 
 def explain(destination: str, lines: list[str]) -> str:
@@ -124,27 +153,17 @@ class SshTunnel:
         return process.pid if process is not None and process.returncode is None else None
 
     def argv(self) -> list[str]:
-        config = ["-F", str(self._config_file)] if self._config_file else []
-        return [
-            self._ssh,
-            *config,
-            "-N",
-            "-T",
-            "-L",
-            self._forward,
-            "-o",
-            "ExitOnForwardFailure=yes",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            f"ServerAliveInterval={ALIVE_INTERVAL_S}",
-            "-o",
-            f"ServerAliveCountMax={ALIVE_COUNT}",
-            "-o",
-            f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-            "--",  # the destination is never read as an option
+        return ssh_argv(
             self.destination,
-        ]
+            config_file=self._config_file,
+            ssh=self._ssh,
+            flags=("-N", "-T", "-L", self._forward),
+            options=(
+                "ExitOnForwardFailure=yes",
+                f"ServerAliveInterval={ALIVE_INTERVAL_S}",
+                f"ServerAliveCountMax={ALIVE_COUNT}",
+            ),
+        )
 
     def subscribe(self, listener: Callable[[TunnelState], None]) -> None:
         self._listeners.append(listener)

@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "control.bench",  # bench
     "control.engine_cli",  # engine
     "control.models_cli",  # models
+    "control.node_cli",  # node
     "sim.cli",  # sim
     "store.cli",  # runs
     "control.alerts_cli",  # alerts
@@ -33,6 +34,7 @@ examples:
   infer-top bench --url http://127.0.0.1:8080 --model tiny --concurrency 1,2,4,8
   infer-top engine ls --node h100-a --json
   infer-top models ls --node h100-a      the models the node holds, read from their files
+  infer-top node add jetson --ssh jetson   install the agent on a lab node over ssh
   infer-top engine swap 3fa2c1d0e9 --node h100-a --kind vllm --model Qwen/Qwen2.5-7B-Instruct
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
