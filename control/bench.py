@@ -26,8 +26,8 @@ from agents.client import AgentError
 from control.bench_output import LiveBar, close_outputs, open_outputs, too_many_failures
 from control.config import ConfigError
 from control.distributed import bench_distributed, split_spec
-from control.loads import probe_engine
 from control.noderuns import NodeRunEnded, bench_on_node
+from control.preflight import GENERIC_KIND, PreflightError, preflight
 from control.reach import Placement, agent_target, find_node
 from control.ssh_tunnel import TunnelError
 from control.transport import held
@@ -132,7 +132,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "here; --node's own agent loads it over loopback, the others through its proxy)",
     )
     t.add_argument("--model", help="model name the engine serves (default: the engine's)")
-    t.add_argument("--engine", default="openai", choices=known_kinds(), help="engine kind")
+    t.add_argument(
+        "--engine",
+        default=None,
+        choices=known_kinds(),
+        help="engine kind (default: detected from its /metrics, else openai)",
+    )
     t.add_argument("--api-key", default=None, help=f"bearer key (better: ${API_KEY_ENV})")
     t.add_argument("--completions", action="store_true", help="use /v1/completions, not chat")
     lp = p.add_argument_group("load profile")
@@ -217,7 +222,8 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
         seed=args.seed,
     )
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    target = Target(args.url or "", args.model or "", args.engine, key, chat=not args.completions)
+    kind = args.engine or GENERIC_KIND
+    target = Target(args.url or "", args.model or "", kind, key, chat=not args.completions)
     return spec, workload, target
 
 
@@ -267,23 +273,32 @@ def _run(
     except WorkloadError as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
-    probe = run_in_new_loop(probe_engine(target.url, target.api_key))
-    if probe.simulated:
+    try:
+        checked = run_in_new_loop(
+            preflight(
+                target.url,
+                model=target.model or None,
+                engine_kind=target.engine_kind,
+                api_key=target.api_key,
+            )
+        )
+    except PreflightError as exc:  # before any request: nothing is stored
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    if checked.simulated:
         err.print(
             "[yellow]note:[/] this engine is infer-top's simulator: its figures are simulated"
         )
-    if not target.model:
-        if probe.model is None:
-            err.print("[red]error:[/] the engine does not say which model it serves: pass --model")
-            return 2
-        target = dataclasses.replace(target, model=probe.model)
+    target = dataclasses.replace(target, model=checked.model)
+    if args.engine is None and len(checked.detected_kinds) == 1:
+        target = dataclasses.replace(target, engine_kind=checked.detected_kinds[0])
     setup = describe_run(
         spec,
         workload,
         target,
         origin="bench",
         name=args.name,
-        simulated=probe.simulated,
+        simulated=checked.simulated,
         node=placement.node,
         deployment_id=placement.deployment_id,
         gpu_ids=placement.gpu_ids,

@@ -60,12 +60,17 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    """Serve a stand-in engine's ``/v1/chat/completions`` on 127.0.0.1; returns its URL."""
+    """Serve a stand-in engine's ``/v1/chat/completions`` on 127.0.0.1 (its ``/v1/models``
+    lists model "m", as the bench's pre-flight asks); returns its URL."""
     runners: list[web.AppRunner] = []
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     async def start(handler: Handler) -> str:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handler)
+        app.router.add_get("/v1/models", models)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
