@@ -167,7 +167,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     w.add_argument("--shared-prefix-len", type=int, default=0, help="tokens shared by all")
     w.add_argument("--dataset", default=None, help="ShareGPT-format JSON file of prompts")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="send the same prompts as another run with this seed (default: fresh prompts "
+        "every run, so no run is served from an earlier run's prefix cache)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", dest="json_path", help="write the run summary as JSON")
     o.add_argument("--csv", dest="csv_path", help="write one CSV row per level")
@@ -211,7 +217,7 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
         request_timeout_s=args.timeout,
         stall_timeout_s=args.stall_timeout,
         slo=parse_slo(args.slo) if args.slo else None,
-        seed=args.seed,
+        seed=args.seed or 0,
     )
     workload = Workload(
         input_len=args.input_len,

@@ -1,5 +1,8 @@
 """What the load generator asks: synthetic, shared-prefix or ShareGPT prompts.
 
+Every run draws fresh prompts (a per-run salt) unless a seed is given: a run that
+re-sent an earlier run's prompts would measure that run's prefix cache, not the engine.
+
 No tokenizer is loaded (the client stays light and engine-agnostic), so a
 synthetic prompt of *L tokens* is L common short English words, each a single
 token in the usual BPE vocabularies.  The engine's ``usage.prompt_tokens`` in
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,15 +41,33 @@ class Workload:
     """Tokens of one prefix put before every prompt (prefix-cache workloads)."""
     dataset: str | None = None
     """A ShareGPT-format JSON file; its first human turn is each prompt."""
-    seed: int = 0
+    seed: int | None = None
+    """A number reproduces the prompts exactly (``--seed``); None draws fresh ones."""
+    salt: str = ""
+    """Drawn when there is no seed, so that no run is served from an earlier run's
+    prefix cache; stored with the run (it says the prompts were fresh)."""
 
     def __post_init__(self) -> None:
+        if self.seed is None and not self.salt:
+            object.__setattr__(self, "salt", secrets.token_hex(8))
         if self.input_len < 1 or self.output_len < 1:
             raise WorkloadError("input_len and output_len must be at least 1")
         if not 0.0 <= self.range_ratio < 1.0:
             raise WorkloadError(f"range_ratio must be in [0, 1), got {self.range_ratio}")
         if self.shared_prefix_len < 0:
             raise WorkloadError("shared_prefix_len must be >= 0")
+
+    @property
+    def key(self) -> str:
+        """What seeds every random draw of the prompts: the seed, else the run's salt."""
+        return str(self.seed) if self.seed is not None else f"salt-{self.salt}"
+
+    @property
+    def prompts_origin(self) -> str:
+        """How the run chose its prompts, in words (summaries and stored runs say it)."""
+        if self.seed is not None:
+            return f"seeded: --seed {self.seed} sends the same prompts again"
+        return "fresh: drawn for this run (pass --seed to reproduce a workload)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +86,7 @@ def draw_lengths(workload: Workload, number: int) -> tuple[int, int]:
     """(prompt, output) tokens of request ``number``, each uniform in [L(1−r), L(1+r)]
     and seeded by (seed, number): what ``PromptSource.item`` sends, without the text
     (simulations use it).  The prompt length leaves out any shared prefix."""
-    rng = random.Random(f"{workload.seed}-{number}")
+    rng = random.Random(f"{workload.key}-{number}")
     in_lo, in_hi = _span(workload.input_len, workload.range_ratio)
     out_lo, out_hi = _span(workload.output_len, workload.range_ratio)
     return rng.randint(in_lo, in_hi), rng.randint(out_lo, out_hi)
@@ -104,7 +126,7 @@ class PromptSource:
     def __init__(self, workload: Workload) -> None:
         self._w = workload
         self._dataset = load_sharegpt(workload.dataset) if workload.dataset else None
-        prefix_rng = random.Random(f"prefix-{workload.seed}")
+        prefix_rng = random.Random(f"prefix-{workload.key}")
         self._prefix = " ".join(prefix_rng.choices(_WORDS, k=workload.shared_prefix_len))
 
     def item(self, number: int) -> PromptItem:
@@ -113,7 +135,7 @@ class PromptSource:
         if self._dataset is not None:
             question = self._dataset[number % len(self._dataset)]
             return PromptItem(self._join(question), len(question.split()), n_out)
-        rng = random.Random(f"{w.seed}-{number}-words")
+        rng = random.Random(f"{w.key}-{number}-words")
         # A unique head keeps prompts distinct so only the intended prefix is cacheable.
         words = [f"{number}", *rng.choices(_WORDS, k=n_in - 1)]
         text = " ".join(words)

@@ -225,13 +225,18 @@ def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
     return what
 
 
+def measured_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """What a run's workload measures: its seed and salt only choose the words."""
+    return {k: v for k, v in workload.items() if k not in ("seed", "salt")}
+
+
 def config_differences(a: RunInfo, b: RunInfo) -> list[str]:
     diffs = []
     if a.engine_kind != b.engine_kind:
         diffs.append("engine_kind")
     if measured_profile(a.profile) != measured_profile(b.profile):
         diffs.append("profile")
-    if a.workload != b.workload:
+    if measured_workload(a.workload) != measured_workload(b.workload):
         diffs.append("workload")
     return diffs
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from sim import RunningSim, start_sim
 from tests.loadgen.sched_server import SchedServer
 
 ROOT = Path(__file__).parents[2]
@@ -80,3 +81,14 @@ async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
     yield start
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def vllm_sim() -> AsyncIterator[RunningSim]:
+    """The simulator's vLLM profile (prefix caching on) on 127.0.0.1, ready."""
+    sim = await start_sim("h100-llama2-7b-vllm", host="127.0.0.1", port=0, time_scale=0.05)
+    try:
+        await sim.wait_ready()
+        yield sim
+    finally:
+        await sim.stop()

@@ -4,24 +4,11 @@ lists what the server offers, and no run is saved."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from control.preflight import kinds_in_metrics
-from sim import RunningSim, start_sim
+from sim import RunningSim
 from tests.loadgen.conftest import bench
-
-
-@pytest.fixture
-async def vllm_sim() -> AsyncIterator[RunningSim]:
-    sim = await start_sim("h100-llama2-7b-vllm", host="127.0.0.1", port=0, time_scale=0.05)
-    try:
-        await sim.wait_ready()
-        yield sim
-    finally:
-        await sim.stop()
 
 
 async def test_a_wrong_model_fails_before_the_run_with_the_servers_list_and_stores_nothing(
