@@ -45,6 +45,7 @@ from loadgen.quirks import known_kinds
 from loadgen.report import (
     failure_lines,
     summary_table,
+    token_lines,
     write_csv,
     write_json,
 )
@@ -57,7 +58,7 @@ from runs.events import (
     RunFailed,
     RunInterrupted,
 )
-from runs.records import RequestRecord
+from runs.records import RequestRecord, token_deviations
 from runs.units import duration_arg, parse_duration_s
 from store import RunRecorder
 
@@ -389,8 +390,10 @@ def _run(
     if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
         out = Console(width=160)
     out.print(summary_table(result))
-    for line in failure_lines(result):
-        out.print(line, highlight=False)
+    for line in [*token_lines(result), *failure_lines(result)]:
+        out.print(line, highlight=False, soft_wrap=True)
+    for warning in token_deviations(result.levels):
+        out.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     context = {
         "target": {"url": target.url, "model": target.model, "engine": target.engine_kind},
         "spec": plain(spec),

@@ -23,7 +23,7 @@ from loadgen.quirks import LoadQuirks, quirks_for
 from loadgen.setup import describe_run
 from loadgen.sinks import RecordSink
 from loadgen.stats import GapSample, quantile, summarise_level
-from loadgen.workload import PromptSource, Workload
+from loadgen.workload import PromptItem, PromptSource, Workload
 from runs.events import (
     LevelFinished,
     LevelProgress,
@@ -301,7 +301,7 @@ class _LevelRun:
             cut = False
         finally:
             self.in_flight -= 1
-            self._keep(self._record(number, warmup, scheduled, state, cut))
+            self._keep(self._record(number, warmup, scheduled, state, cut, item))
 
     def _record(
         self,
@@ -310,6 +310,7 @@ class _LevelRun:
         scheduled: float,
         state: openai_stream.StreamState,
         cut: bool,
+        item: PromptItem,
     ) -> RequestRecord:
         epoch = self.clock.epoch
         chunks = state.chunk_perf
@@ -335,6 +336,8 @@ class _LevelRun:
             incomplete=cut,
             warmup=warmup,
             server_decode_tok_s=state.server_decode_tok_s,
+            requested_prompt_tokens=item.engine_input_len,
+            requested_output_tokens=item.output_len,
         )
 
     def _keep(self, record: RequestRecord) -> None:

@@ -76,6 +76,15 @@ class PromptItem:
     input_len: int
     """Intended prompt tokens (approximate: see the module note)."""
     output_len: int
+    template_len: int = 0
+    """Tokens the chat template adds around the prompt, where they were measured."""
+    from_dataset: bool = False
+    """A dataset's prompt: its length was never asked for (``input_len`` counts words)."""
+
+    @property
+    def engine_input_len(self) -> int | None:
+        """Prompt tokens the engine should count (None: a dataset's, not requested)."""
+        return None if self.from_dataset else self.input_len + self.template_len
 
 
 def _span(length: int, ratio: float) -> tuple[int, int]:
@@ -134,7 +143,8 @@ class PromptSource:
         n_in, n_out = draw_lengths(w, number)
         if self._dataset is not None:
             question = self._dataset[number % len(self._dataset)]
-            return PromptItem(self._join(question), len(question.split()), n_out)
+            n_words = len(question.split())
+            return PromptItem(self._join(question), n_words, n_out, from_dataset=True)
         rng = random.Random(f"{w.key}-{number}-words")
         # A unique head keeps prompts distinct so only the intended prefix is cacheable.
         words = [f"{number}", *rng.choices(_WORDS, k=n_in - 1)]
