@@ -31,7 +31,8 @@ class Preflight:
     models: tuple[str, ...]
     """Every model id ``/v1/models`` lists."""
     detected_kinds: tuple[str, ...]
-    """Engine kinds whose metric series ``/metrics`` serves (empty: none recognised)."""
+    """Engine kinds that ``/v1/models`` (its ``owned_by``) or ``/metrics`` (its series)
+    name (empty: none recognised)."""
     simulated: bool
 
 
@@ -58,6 +59,13 @@ def kinds_in_metrics(text: str) -> tuple[str, ...]:
         if names.intersection(own):
             found.append(spec.kind)
     return tuple(sorted(found))
+
+
+def kinds_owning(models: object) -> tuple[str, ...]:
+    """Engine kinds whose ``owned_by`` the ``/v1/models`` answer shows (the catalog's)."""
+    listed = models.get("data") if isinstance(models, dict) else None
+    owners = {m.get("owned_by") for m in listed or () if isinstance(m, dict)}
+    return tuple(s.kind for s in all_specs() if s.models_owned_by and s.models_owned_by in owners)
 
 
 async def preflight(
@@ -93,7 +101,7 @@ async def preflight(
             raise PreflightError(f"{url} did not answer JSON: is {base_url} an engine?") from None
         models = _model_ids(data)
         simulated = simulated or (isinstance(data, dict) and is_simulated(models=data))
-        detected = await _detect_kinds(session, base_url)
+        detected = tuple(sorted({*kinds_owning(data), *await _detect_kinds(session, base_url)}))
     offered = ", ".join(models) or "none"
     if model is None:
         if len(models) != 1:
@@ -106,7 +114,7 @@ async def preflight(
         )
     if engine_kind != GENERIC_KIND and detected and engine_kind not in detected:
         raise PreflightError(
-            f"the engine at {base_url} is {' or '.join(detected)} by its /metrics, not "
+            f"the engine at {base_url} is {' or '.join(detected)} by its own word, not "
             f"{engine_kind}: pass --engine {detected[0]} (or --engine {GENERIC_KIND})"
         )
     return Preflight(model, models, detected, simulated)

@@ -8,6 +8,7 @@ runs the client.  Every finished request goes to the sink at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from loadgen.profiles import ClosedLoop, Level, LoadSpec, OpenLoop
 from loadgen.quirks import LoadQuirks, quirks_for
 from loadgen.setup import describe_run
 from loadgen.sinks import RecordSink
+from loadgen.sizing import sized_prompts
 from loadgen.stats import GapSample, quantile, summarise_level
 from loadgen.workload import PromptItem, PromptSource, Workload
 from runs.events import (
@@ -88,10 +90,13 @@ async def run_load(
     quirks = quirks_for(target.engine_kind)
     # Uncapped open loops: room for a server that stalls while arrivals go on.
     fds = ensure_fd_limit(spec.max_in_flight or UNCAPPED_FD_STREAMS)
-    warnings = tuple(w for w in (quirks.length_warning(), fds) if w)
-    prompts = PromptSource(workload)  # a bad dataset fails here, before any request
+    # a bad dataset fails here, before any request; sizing asks the engine's tokenizer
+    sized = await sized_prompts(workload, target)
+    prompts = sized.source
+    warnings = tuple(w for w in (quirks.length_warning(), fds, sized.warning) if w)
     clock = RunClock()
     setup = setup or describe_run(spec, workload, target, origin="script")
+    setup = dataclasses.replace(setup, workload={**setup.workload, "sizing": sized.text})
     emit(RunStarted(run_id, len(spec.levels), warnings, setup, clock.wall0))
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     limits = openai_stream.ClientLimits(

@@ -3,9 +3,10 @@
 Every run draws fresh prompts (a per-run salt) unless a seed is given: a run that
 re-sent an earlier run's prompts would measure that run's prefix cache, not the engine.
 
-No tokenizer is loaded (the client stays light and engine-agnostic), so a
-synthetic prompt of *L tokens* is L common short English words, each a single
-token in the usual BPE vocabularies.  The engine's ``usage.prompt_tokens`` in
+Where the engine tokenizes for a client (``loadgen.sizing``), a synthetic prompt of
+*L tokens* holds exactly L of its tokens.  Elsewhere it is L common short English
+words, each a single token in the usual large BPE vocabularies (not in small ones: the
+run then says its prompts were not sized).  The engine's ``usage.prompt_tokens`` in
 every record says what it really counted.
 """
 
@@ -16,10 +17,10 @@ import random
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 # Words that are one token (with their leading space) in Llama, GPT and Qwen vocabularies.
-_WORDS = (
+WORDS = (
     "the of and to in is was for on that with as by at from his her are be this which "
     "or an had not but were they have one all their has been more who can there when "
     "new first also time after other into two only over its most some would about than "
@@ -129,14 +130,30 @@ def load_sharegpt(path: str | Path) -> list[str]:
     return prompts
 
 
+class TokenSizer(Protocol):
+    """Builds text of an exact token count in one engine's tokens (``loadgen.sizing``)."""
+
+    @property
+    def template_tokens(self) -> int | None: ...
+
+    def assemble(self, rng: random.Random, tokens: int, *, first: bool) -> tuple[str, int]: ...
+
+
 class PromptSource:
     """Deterministic prompts by request number: the same seed gives the same run."""
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: Workload, sizer: TokenSizer | None = None) -> None:
         self._w = workload
+        self._sizer = sizer
         self._dataset = load_sharegpt(workload.dataset) if workload.dataset else None
         prefix_rng = random.Random(f"prefix-{workload.key}")
-        self._prefix = " ".join(prefix_rng.choices(_WORDS, k=workload.shared_prefix_len))
+        self._prefix_len = workload.shared_prefix_len
+        if sizer is not None and workload.shared_prefix_len:
+            self._prefix, self._prefix_len = sizer.assemble(
+                prefix_rng, workload.shared_prefix_len, first=True
+            )
+        else:
+            self._prefix = " ".join(prefix_rng.choices(WORDS, k=workload.shared_prefix_len))
 
     def item(self, number: int) -> PromptItem:
         w = self._w
@@ -146,8 +163,12 @@ class PromptSource:
             n_words = len(question.split())
             return PromptItem(self._join(question), n_words, n_out, from_dataset=True)
         rng = random.Random(f"{w.key}-{number}-words")
+        if self._sizer is not None:  # random words of exact cost: distinct by the draw
+            text, tokens = self._sizer.assemble(rng, n_in, first=not self._prefix)
+            template = self._sizer.template_tokens or 0
+            return PromptItem(self._join(text), tokens + self._prefix_len, n_out, template)
         # A unique head keeps prompts distinct so only the intended prefix is cacheable.
-        words = [f"{number}", *rng.choices(_WORDS, k=n_in - 1)]
+        words = [f"{number}", *rng.choices(WORDS, k=n_in - 1)]
         text = " ".join(words)
         return PromptItem(self._join(text), n_in + w.shared_prefix_len, n_out)
 

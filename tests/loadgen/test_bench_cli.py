@@ -152,3 +152,32 @@ def test_a_full_disk_is_a_clear_error_and_the_store_still_gets_the_records(
         (run,) = st.list_runs()
         assert run.status == "failed"
         assert st.request_count(run.run_id) >= 1  # what finished reached the other sink
+
+
+async def test_a_server_that_cannot_tokenize_gets_words_and_the_warning(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Named llama.cpp but without its /tokenize: the prompts are words, and the run says
+    so on stderr, in its JSON and in the stored run."""
+
+    async def one_token(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"error": {"message": "no"}}, status=500)
+
+    url = await serve(one_token)
+    out_json, db = tmp_path / "o.json", tmp_path / "runs.db"
+    code, _out, err = await bench_process(
+        "--url", url, "--model", "m", "--engine", "llamacpp", "--requests", "1",
+        "--json", str(out_json), "--save", "--db", str(db),
+    )  # fmt: skip
+    assert code == 1, err  # its one request failed: the warning is what this test is about
+    said = "prompts are common words, not sized in the engine's tokens: its tokenize route "
+    said += "failed (/tokenize answered HTTP 404)"
+    assert said in " ".join(err.split())
+    assert any(said in w for w in json.loads(out_json.read_text())["warnings"])
+    from store import open_store
+
+    with open_store(db) as st:
+        (run,) = st.list_runs()
+    assert (
+        run.workload["sizing"] == "words (its tokenize route failed (/tokenize answered HTTP 404))"
+    )

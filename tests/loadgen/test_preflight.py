@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from control.preflight import kinds_in_metrics
+from control.preflight import kinds_in_metrics, kinds_owning
 from sim import RunningSim
 from tests.loadgen.conftest import bench
 
@@ -32,7 +32,7 @@ async def test_a_wrong_engine_kind_is_refused_and_an_unnamed_one_is_detected(
     base = ("--url", vllm_sim.url, "--requests", "1", "--input-len", "8", "--output-len", "4")
     code, _out, err = await bench(*base, "--engine", "sglang")
     assert code == 2, err
-    assert "is vllm by its /metrics, not sglang: pass --engine vllm" in err
+    assert "is vllm by its own word, not sglang: pass --engine vllm" in err
     out_json = tmp_path / "run.json"
     code, _out, err = await bench(*base, "--json", str(out_json))  # neither model nor kind
     assert code == 0, err
@@ -40,6 +40,8 @@ async def test_a_wrong_engine_kind_is_refused_and_an_unnamed_one_is_detected(
     assert f'"model": "{vllm_sim.profile.model}"' in out_json.read_text()
 
 
-def test_metrics_of_no_known_engine_detect_nothing() -> None:
+def test_models_and_metrics_of_no_known_engine_detect_nothing() -> None:
+    assert kinds_owning({"data": [{"id": "m"}]}) == ()
+    assert kinds_owning({"data": [{"id": "m", "owned_by": "llamacpp"}]}) == ("llamacpp",)
     assert kinds_in_metrics("# HELP up\nup 1\n") == ()
     assert kinds_in_metrics('vllm:num_requests_running{model_name="m"} 0\n') == ("vllm",)
