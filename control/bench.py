@@ -23,7 +23,14 @@ from rich.progress import (
 )
 
 from agents.client import AgentError
-from control.bench_output import LiveBar, close_outputs, open_outputs, too_many_failures
+from control.bench_args import float_list, int_list, names, percent
+from control.bench_output import (
+    LiveBar,
+    close_outputs,
+    open_outputs,
+    print_summary,
+    too_many_failures,
+)
 from control.config import ConfigError
 from control.distributed import bench_distributed, split_spec
 from control.noderuns import NodeRunEnded, bench_on_node
@@ -42,13 +49,7 @@ from loadgen.profiles import (
     parse_slo,
 )
 from loadgen.quirks import known_kinds
-from loadgen.report import (
-    failure_lines,
-    summary_table,
-    token_lines,
-    write_csv,
-    write_json,
-)
+from loadgen.report import write_csv, write_json
 from loadgen.runner import Target, run_load
 from loadgen.setup import describe_run, plain
 from loadgen.workload import PromptSource, Workload, WorkloadError
@@ -58,48 +59,13 @@ from runs.events import (
     RunFailed,
     RunInterrupted,
 )
-from runs.records import RequestRecord, token_deviations
+from runs.records import RequestRecord
 from runs.units import duration_arg, parse_duration_s
 from store import RunRecorder
 
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
 DEFAULT_MAX_FAILURE_PCT = 10.0
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("concurrency levels must be integers >= 1")
-    return values
-
-
-def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"expected node names like a,b, each once, got {text!r}")
-    return names
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected rates like 2,5,10, got {text!r}") from None
-
-
-def _percent(text: str) -> float:
-    bad = argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
-    try:
-        value = float(text)
-    except ValueError:
-        raise bad from None
-    if not 0.0 <= value <= 100.0:  # NaN too
-        raise bad
-    return value
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,7 +92,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     t.add_argument(
         "--load-nodes",
-        type=_names,
+        type=names,
         default=None,
         help="with --node: split the run over these nodes' agents, e.g. a,b (one run, "
         "concurrency or rate divided between them, started together on clocks measured "
@@ -143,8 +109,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t.add_argument("--completions", action="store_true", help="use /v1/completions, not chat")
     lp = p.add_argument_group("load profile")
     mode = lp.add_mutually_exclusive_group()
-    mode.add_argument("--concurrency", type=_int_list, help="closed-loop levels, e.g. 1,2,4,8")
-    mode.add_argument("--rate", type=_float_list, help="open-loop request rates (req/s)")
+    mode.add_argument("--concurrency", type=int_list, help="closed-loop levels, e.g. 1,2,4,8")
+    mode.add_argument("--rate", type=float_list, help="open-loop request rates (req/s)")
     lp.add_argument("--arrival", choices=[a.value for a in Arrival], default="poisson")
     lp.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     lp.add_argument("--max-concurrency", type=int, default=None, help="cap for --rate levels")
@@ -185,7 +151,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     o.add_argument("--quiet", action="store_true", help="no live progress bar")
     o.add_argument(
         "--max-failure-pct",
-        type=_percent,
+        type=percent,
         default=DEFAULT_MAX_FAILURE_PCT,
         help="exit 1 when more than this percentage of the measured requests failed "
         f"(default {DEFAULT_MAX_FAILURE_PCT:g}); the message counts the failures by kind",
@@ -386,18 +352,12 @@ def _run(
         if progress is not None:
             progress.stop()
         closed = close_outputs(sink, store, err)
-    out = Console()
-    if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
-        out = Console(width=160)
-    out.print(summary_table(result))
-    for line in [*token_lines(result), *failure_lines(result)]:
-        out.print(line, highlight=False, soft_wrap=True)
-    for warning in token_deviations(result.levels):
-        out.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    workload_data = live.setup.workload if live.setup is not None else plain(workload)
+    print_summary(result, workload_data)
     context = {
         "target": {"url": target.url, "model": target.model, "engine": target.engine_kind},
         "spec": plain(spec),
-        "workload": plain(workload),
+        "workload": dict(workload_data),
     }
     if args.json_path:
         write_json(args.json_path, result, context)

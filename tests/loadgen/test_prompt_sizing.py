@@ -61,4 +61,5 @@ async def test_input_len_128_sends_128_tokens_by_the_servers_count(
         asked = r.requested_prompt_tokens - template
         assert 64 <= asked <= 192
         assert abs(r.prompt_tokens - template - asked) <= 2, (r.prompt_tokens, asked)
+    assert f"prompts: {sizing}" in " ".join(out.split())  # the template said apart
     assert "warning" not in out and "not sized" not in err
