@@ -228,8 +228,10 @@ def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
 
 
 def measured_workload(workload: dict[str, Any]) -> dict[str, Any]:
-    """What a run's workload measures: its seed and salt only choose the words."""
-    return {k: v for k, v in workload.items() if k not in ("seed", "salt")}
+    """What a run's workload asks: its seed and salt only choose the words, and how the
+    prompts were sized is how it was sent (the engine-counted tokens of each level show
+    what was; a comparison warns when they differ: ``runs.records.workload_gaps``)."""
+    return {k: v for k, v in workload.items() if k not in ("seed", "salt", "sizing")}
 
 
 def config_differences(a: RunInfo, b: RunInfo) -> list[str]:
