@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import ClassVar
 
+from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -23,7 +24,7 @@ from control.loads import (
 from control.model import fmt
 from control.services import describe_error
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
-from runs.records import LevelSummary, failures_text
+from runs.records import LevelSummary, failures_text, token_deviations
 from store.recorder import RunRecorder
 from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
@@ -122,6 +123,7 @@ class LoadScreen(BaseScreen):
         """The healthy engines (node/engine) the target list offers."""
         self._tps: list[tuple[float, float]] = []
         self._levels: dict[str, Row] = {}
+        self._summaries: list[LevelSummary] = []
         self._planned = 1
         self._load_running = False
 
@@ -202,6 +204,7 @@ class LoadScreen(BaseScreen):
         self._load_running = True
         self._tps.clear()
         self._levels.clear()
+        self._summaries.clear()
         self._planned = len(prof.concurrency)
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
@@ -265,6 +268,7 @@ class LoadScreen(BaseScreen):
                 f"{event.output_tok_s:,.0f} out tok/s"
             )
         elif isinstance(event, LevelFinished):
+            self._summaries.append(event.summary)
             row = level_row(event.summary)
             self._levels[row[0]] = row
             self.query_one("#load-progress", ProgressBar).update(
@@ -302,5 +306,8 @@ class LoadScreen(BaseScreen):
             status.update(
                 f"[green]run {message.run_id} finished and saved[/] — "
                 "press 5 to compare, 6 for history"
+                + "".join(
+                    f"\n[yellow]warning:[/] {escape(w)}" for w in token_deviations(self._summaries)
+                )
             )
         self.app.post_message(RunsChanged())
