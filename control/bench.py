@@ -23,11 +23,18 @@ from rich.progress import (
 )
 
 from agents.client import AgentError
-from control.bench_output import LiveBar, close_outputs, open_outputs, too_many_failures
+from control.bench_args import float_list, int_list, names, percent
+from control.bench_output import (
+    LiveBar,
+    close_outputs,
+    open_outputs,
+    print_summary,
+    too_many_failures,
+)
 from control.config import ConfigError
 from control.distributed import bench_distributed, split_spec
-from control.loads import probe_engine
 from control.noderuns import NodeRunEnded, bench_on_node
+from control.preflight import GENERIC_KIND, PreflightError, preflight
 from control.reach import Placement, agent_target, find_node
 from control.ssh_tunnel import TunnelError
 from control.transport import held
@@ -42,12 +49,7 @@ from loadgen.profiles import (
     parse_slo,
 )
 from loadgen.quirks import known_kinds
-from loadgen.report import (
-    failure_lines,
-    summary_table,
-    write_csv,
-    write_json,
-)
+from loadgen.report import write_csv, write_json
 from loadgen.runner import Target, run_load
 from loadgen.setup import describe_run, plain
 from loadgen.workload import PromptSource, Workload, WorkloadError
@@ -64,41 +66,6 @@ from store import RunRecorder
 API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
 DEFAULT_MAX_FAILURE_PCT = 10.0
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,2,4,8, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("concurrency levels must be integers >= 1")
-    return values
-
-
-def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"expected node names like a,b, each once, got {text!r}")
-    return names
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected rates like 2,5,10, got {text!r}") from None
-
-
-def _percent(text: str) -> float:
-    bad = argparse.ArgumentTypeError(f"expected a percentage from 0 to 100, got {text!r}")
-    try:
-        value = float(text)
-    except ValueError:
-        raise bad from None
-    if not 0.0 <= value <= 100.0:  # NaN too
-        raise bad
-    return value
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -125,20 +92,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     t.add_argument(
         "--load-nodes",
-        type=_names,
+        type=names,
         default=None,
         help="with --node: split the run over these nodes' agents, e.g. a,b (one run, "
         "concurrency or rate divided between them, started together on clocks measured "
         "here; --node's own agent loads it over loopback, the others through its proxy)",
     )
     t.add_argument("--model", help="model name the engine serves (default: the engine's)")
-    t.add_argument("--engine", default="openai", choices=known_kinds(), help="engine kind")
+    t.add_argument(
+        "--engine",
+        default=None,
+        choices=known_kinds(),
+        help="engine kind (default: detected from its /metrics, else openai)",
+    )
     t.add_argument("--api-key", default=None, help=f"bearer key (better: ${API_KEY_ENV})")
     t.add_argument("--completions", action="store_true", help="use /v1/completions, not chat")
     lp = p.add_argument_group("load profile")
     mode = lp.add_mutually_exclusive_group()
-    mode.add_argument("--concurrency", type=_int_list, help="closed-loop levels, e.g. 1,2,4,8")
-    mode.add_argument("--rate", type=_float_list, help="open-loop request rates (req/s)")
+    mode.add_argument("--concurrency", type=int_list, help="closed-loop levels, e.g. 1,2,4,8")
+    mode.add_argument("--rate", type=float_list, help="open-loop request rates (req/s)")
     lp.add_argument("--arrival", choices=[a.value for a in Arrival], default="poisson")
     lp.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
     lp.add_argument("--max-concurrency", type=int, default=None, help="cap for --rate levels")
@@ -162,7 +134,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     w.add_argument("--shared-prefix-len", type=int, default=0, help="tokens shared by all")
     w.add_argument("--dataset", default=None, help="ShareGPT-format JSON file of prompts")
-    w.add_argument("--seed", type=int, default=0)
+    w.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="send the same prompts as another run with this seed (default: fresh prompts "
+        "every run, so no run is served from an earlier run's prefix cache)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--json", dest="json_path", help="write the run summary as JSON")
     o.add_argument("--csv", dest="csv_path", help="write one CSV row per level")
@@ -173,7 +151,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     o.add_argument("--quiet", action="store_true", help="no live progress bar")
     o.add_argument(
         "--max-failure-pct",
-        type=_percent,
+        type=percent,
         default=DEFAULT_MAX_FAILURE_PCT,
         help="exit 1 when more than this percentage of the measured requests failed "
         f"(default {DEFAULT_MAX_FAILURE_PCT:g}); the message counts the failures by kind",
@@ -206,7 +184,7 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
         request_timeout_s=args.timeout,
         stall_timeout_s=args.stall_timeout,
         slo=parse_slo(args.slo) if args.slo else None,
-        seed=args.seed,
+        seed=args.seed or 0,
     )
     workload = Workload(
         input_len=args.input_len,
@@ -217,7 +195,8 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
         seed=args.seed,
     )
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    target = Target(args.url or "", args.model or "", args.engine, key, chat=not args.completions)
+    kind = args.engine or GENERIC_KIND
+    target = Target(args.url or "", args.model or "", kind, key, chat=not args.completions)
     return spec, workload, target
 
 
@@ -267,23 +246,32 @@ def _run(
     except WorkloadError as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
-    probe = run_in_new_loop(probe_engine(target.url, target.api_key))
-    if probe.simulated:
+    try:
+        checked = run_in_new_loop(
+            preflight(
+                target.url,
+                model=target.model or None,
+                engine_kind=target.engine_kind,
+                api_key=target.api_key,
+            )
+        )
+    except PreflightError as exc:  # before any request: nothing is stored
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    if checked.simulated:
         err.print(
             "[yellow]note:[/] this engine is infer-top's simulator: its figures are simulated"
         )
-    if not target.model:
-        if probe.model is None:
-            err.print("[red]error:[/] the engine does not say which model it serves: pass --model")
-            return 2
-        target = dataclasses.replace(target, model=probe.model)
+    target = dataclasses.replace(target, model=checked.model)
+    if args.engine is None and len(checked.detected_kinds) == 1:
+        target = dataclasses.replace(target, engine_kind=checked.detected_kinds[0])
     setup = describe_run(
         spec,
         workload,
         target,
         origin="bench",
         name=args.name,
-        simulated=probe.simulated,
+        simulated=checked.simulated,
         node=placement.node,
         deployment_id=placement.deployment_id,
         gpu_ids=placement.gpu_ids,
@@ -364,16 +352,12 @@ def _run(
         if progress is not None:
             progress.stop()
         closed = close_outputs(sink, store, err)
-    out = Console()
-    if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
-        out = Console(width=160)
-    out.print(summary_table(result))
-    for line in failure_lines(result):
-        out.print(line, highlight=False)
+    workload_data = live.setup.workload if live.setup is not None else plain(workload)
+    print_summary(result, workload_data)
     context = {
         "target": {"url": target.url, "model": target.model, "engine": target.engine_kind},
         "spec": plain(spec),
-        "workload": plain(workload),
+        "workload": dict(workload_data),
     }
     if args.json_path:
         write_json(args.json_path, result, context)

@@ -4,15 +4,17 @@ stderr, its outputs (JSONL, the store), and the --max-failure-pct judgement."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
 from rich.console import Console
 from rich.progress import Progress, TaskID
 
 from loadgen.profiles import LoadSpec
-from loadgen.report import level_label
+from loadgen.report import failure_lines, level_label, summary_table, token_lines
 from loadgen.sinks import FanoutSink, JsonlSink
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunEvent, RunResult, RunStarted
-from runs.records import failures_by_kind
+from runs.records import failures_by_kind, token_deviations
+from runs.setup import RunSetup
 from store import Store, open_store
 
 
@@ -22,9 +24,12 @@ class LiveBar:
     def __init__(self, progress: Progress | None, spec: LoadSpec, console: Console) -> None:
         self.progress, self.spec, self.console = progress, spec, console
         self.task: TaskID | None = None
+        self.setup: RunSetup | None = None
+        """The run's setup as it started (its workload says how prompts were sized)."""
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
+            self.setup = event.setup
             for warning in event.warnings:
                 self.console.print(f"[yellow]warning:[/] {warning}")
         if self.progress is None:
@@ -50,6 +55,22 @@ class LiveBar:
                 completed=self.progress.tasks[-1].total,
                 description=f"level {level_label(s)} done",
             )
+
+
+def print_summary(result: RunResult, workload: Mapping[str, object]) -> None:
+    """The run's table on stdout, then how its prompts were sized, requested vs
+    engine-counted tokens per level, failures, and the warnings they give."""
+    out = Console()
+    if not out.is_terminal:  # piped to a file: do not squeeze the table into 80 columns
+        out = Console(width=160)
+    out.print(summary_table(result))
+    lines = [*token_lines(result), *failure_lines(result)]
+    if workload.get("sizing"):
+        lines.insert(0, f"prompts: {workload['sizing']}")
+    for line in lines:
+        out.print(line, highlight=False, soft_wrap=True)
+    for warning in [*result.warnings, *token_deviations(result.levels)]:
+        out.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
 
 def open_outputs(args: argparse.Namespace) -> tuple[FanoutSink, Store | None]:

@@ -128,8 +128,11 @@ def split_spec(spec: LoadSpec, shares: int) -> tuple[LoadSpec, ...]:
 
 
 def split_workload(workload: Workload, shares: int) -> tuple[Workload, ...]:
-    """Share ``i`` draws its prompts with seed ``workload.seed + i``: the nodes do not
-    send the same prompts (an engine's prefix cache would flatter the run)."""
+    """Share ``i`` draws its prompts with seed ``workload.seed + i`` (or its own salt when
+    the prompts are fresh): the nodes do not send the same prompts (an engine's prefix
+    cache would flatter the run)."""
+    if workload.seed is None:
+        return tuple(replace(workload, salt=f"{workload.salt}-{i}") for i in range(shares))
     return tuple(replace(workload, seed=workload.seed + i) for i in range(shares))
 
 

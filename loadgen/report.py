@@ -11,7 +11,15 @@ from rich.table import Table
 
 from runs.codec import summary_to_dict
 from runs.events import RunResult
-from runs.records import LevelSummary, Percentiles, failures_field, failures_sampled
+from runs.records import (
+    TOKEN_FIELDS,
+    LevelSummary,
+    Percentiles,
+    failures_field,
+    failures_sampled,
+    token_deviations,
+    tokens_text,
+)
 
 _PCT_FIELDS = ("p50", "p90", "p95", "p99", "p999", "mean")
 _PCT_METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
@@ -67,13 +75,18 @@ def failure_lines(result: RunResult) -> list[str]:
     ]
 
 
+def token_lines(result: RunResult) -> list[str]:
+    """Requested vs engine-counted tokens per level, always shown beside the table."""
+    return [f"tokens at {level_label(s)}: {tokens_text(s)}" for s in result.levels]
+
+
 def result_document(result: RunResult, context: dict[str, Any]) -> dict[str, Any]:
     """The JSON written by ``--json``; ``context`` holds target / spec / workload."""
     return {
         "run_id": result.run_id,
         "started_at": result.started_at,
         "ended_at": result.ended_at,
-        "warnings": list(result.warnings),
+        "warnings": [*result.warnings, *token_deviations(result.levels)],
         "records_written": result.records_written,
         **context,
         "levels": [summary_to_dict(s) for s in result.levels],
@@ -104,6 +117,10 @@ def csv_row(s: LevelSummary) -> dict[str, Any]:
         pct: Percentiles = getattr(s, metric)
         for field in _PCT_FIELDS:
             row[f"{metric.removesuffix('_s')}_{field}_s"] = getattr(pct, field)
+    for metric in TOKEN_FIELDS:
+        tokens: Percentiles = getattr(s, metric)
+        for field in ("mean", "p50", "p99"):
+            row[f"{metric}_{field}_tokens"] = getattr(tokens, field)
     row["total_output_tokens"] = s.total_output_tokens
     row["total_prompt_tokens"] = s.total_prompt_tokens
     row["usage_mismatches"] = s.usage_mismatches

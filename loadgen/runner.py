@@ -8,6 +8,7 @@ runs the client.  Every finished request goes to the sink at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -22,8 +23,9 @@ from loadgen.profiles import ClosedLoop, Level, LoadSpec, OpenLoop
 from loadgen.quirks import LoadQuirks, quirks_for
 from loadgen.setup import describe_run
 from loadgen.sinks import RecordSink
+from loadgen.sizing import sized_prompts
 from loadgen.stats import GapSample, quantile, summarise_level
-from loadgen.workload import PromptSource, Workload
+from loadgen.workload import PromptItem, PromptSource, Workload
 from runs.events import (
     LevelFinished,
     LevelProgress,
@@ -88,10 +90,13 @@ async def run_load(
     quirks = quirks_for(target.engine_kind)
     # Uncapped open loops: room for a server that stalls while arrivals go on.
     fds = ensure_fd_limit(spec.max_in_flight or UNCAPPED_FD_STREAMS)
-    warnings = tuple(w for w in (quirks.length_warning(), fds) if w)
-    prompts = PromptSource(workload)  # a bad dataset fails here, before any request
+    # a bad dataset fails here, before any request; sizing asks the engine's tokenizer
+    sized = await sized_prompts(workload, target)
+    prompts = sized.source
+    warnings = tuple(w for w in (quirks.length_warning(), fds, sized.warning) if w)
     clock = RunClock()
     setup = setup or describe_run(spec, workload, target, origin="script")
+    setup = dataclasses.replace(setup, workload={**setup.workload, "sizing": sized.text})
     emit(RunStarted(run_id, len(spec.levels), warnings, setup, clock.wall0))
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     limits = openai_stream.ClientLimits(
@@ -301,7 +306,7 @@ class _LevelRun:
             cut = False
         finally:
             self.in_flight -= 1
-            self._keep(self._record(number, warmup, scheduled, state, cut))
+            self._keep(self._record(number, warmup, scheduled, state, cut, item))
 
     def _record(
         self,
@@ -310,6 +315,7 @@ class _LevelRun:
         scheduled: float,
         state: openai_stream.StreamState,
         cut: bool,
+        item: PromptItem,
     ) -> RequestRecord:
         epoch = self.clock.epoch
         chunks = state.chunk_perf
@@ -335,6 +341,8 @@ class _LevelRun:
             incomplete=cut,
             warmup=warmup,
             server_decode_tok_s=state.server_decode_tok_s,
+            requested_prompt_tokens=item.engine_input_len,
+            requested_output_tokens=item.output_len,
         )
 
     def _keep(self, record: RequestRecord) -> None:

@@ -135,6 +135,10 @@ def summarise_level(
         failure_samples=_samples(failed),
         total_output_tokens=out_tokens,
         total_prompt_tokens=prompt_tokens,
+        input_requested=pct(r.requested_prompt_tokens for r in done),
+        input_sent=pct(r.prompt_tokens for r in done),
+        output_requested=pct(r.requested_output_tokens for r in done),
+        output_sent=pct(r.output_tokens for r in done),
         usage_mismatches=sum(
             1
             for r in done

@@ -22,7 +22,7 @@ from runs.events import (
     RunResult,
     RunStarted,
 )
-from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
+from runs.records import TOKEN_FIELDS, ErrorKind, LevelSummary, Percentiles, RequestRecord
 from runs.setup import LoadNodeShare, RunSetup
 
 
@@ -61,6 +61,8 @@ def summary_from_dict(data: dict[str, Any]) -> LevelSummary:
     values = _known(LevelSummary, data)
     for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s"):
         values[name] = Percentiles(**values[name])
+    for name in TOKEN_FIELDS:  # absent from an older sender's summaries
+        values[name] = Percentiles(**values.get(name, {}))
     return LevelSummary(**values)
 
 

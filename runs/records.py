@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -59,6 +59,10 @@ class RequestRecord:
     load_node: str | None = None
     """The node that sent it, in a run split over several load nodes (its times are on
     that node's clock); None when one load generator sent the whole run."""
+    requested_prompt_tokens: int | None = None
+    """Prompt tokens the workload asked the engine to count (with the chat template's
+    tokens where they were measured); ``prompt_tokens`` is what it counted."""
+    requested_output_tokens: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -121,6 +125,12 @@ class LevelSummary:
     usage_mismatches: int = 0
     energy_j: float | None = None
     """GPU energy over the level's window (energy-counter delta), when known."""
+    input_requested: Percentiles = Percentiles()
+    """Prompt tokens per finished request as asked (``RequestRecord.requested_prompt_tokens``)."""
+    input_sent: Percentiles = Percentiles()
+    """Prompt tokens per finished request as the engine counted them (``usage``)."""
+    output_requested: Percentiles = Percentiles()
+    output_sent: Percentiles = Percentiles()
     mean_gpu_util_pct: float | None = None
     mean_power_w: float | None = None
 
@@ -134,6 +144,90 @@ class LevelSummary:
         if not self.energy_j or self.total_output_tokens == 0:
             return None
         return self.total_output_tokens / self.energy_j
+
+
+DEVIATION_LIMIT = 0.05
+"""Sent tokens further than this from the requested (relative) is a warning."""
+TOKEN_FIELDS = ("input_requested", "input_sent", "output_requested", "output_sent")
+
+
+def level_name(s: LevelSummary) -> str:
+    """How a level is named in words: "c=4" or "2 req/s"."""
+    return f"c={s.concurrency}" if s.request_rate is None else f"{s.request_rate:g} req/s"
+
+
+def _deviation(requested: float | None, sent: float | None) -> float | None:
+    if not requested or sent is None:
+        return None
+    return sent / requested - 1.0
+
+
+def token_deviations(levels: Iterable[LevelSummary]) -> list[str]:
+    """A warning per level whose mean engine-counted input or output tokens are more than
+    5 % from what was requested: the workload measured is not the one asked for."""
+    warnings = []
+    for s in levels:
+        for what, asked, sent in (
+            ("input", s.input_requested.mean, s.input_sent.mean),
+            ("output", s.output_requested.mean, s.output_sent.mean),
+        ):
+            off = _deviation(asked, sent)
+            if off is None or abs(off) <= DEVIATION_LIMIT:
+                continue
+            assert asked is not None and sent is not None
+            warnings.append(
+                f"{level_name(s)}: the engine counted {sent:.0f} {what} tokens per request, "
+                f"{asked:.0f} were requested ({off:+.0%})"
+            )
+    return warnings
+
+
+def _per_request(levels: Sequence[LevelSummary], field_name: str) -> float | None:
+    """Mean tokens per finished request over a run's levels (each level's mean by its
+    finished requests)."""
+    weighted = [
+        (mean, s.completed)
+        for s in levels
+        if (mean := getattr(s, field_name).mean) is not None and s.completed
+    ]
+    total = sum(n for _, n in weighted)
+    return sum(m * n for m, n in weighted) / total if total else None
+
+
+def workload_gaps(runs: Mapping[str, Sequence[LevelSummary]]) -> list[str]:
+    """A warning when compared runs sent workloads more than 5 % apart (engine-counted
+    input or output tokens per request): their latencies measure different work."""
+    warnings = []
+    for what, field_name in (("input", "input_sent"), ("output", "output_sent")):
+        sizes = {
+            run: size
+            for run, levels in runs.items()
+            if (size := _per_request(levels, field_name)) is not None
+        }
+        if len(sizes) < 2:
+            continue
+        low, high = min(sizes.values()), max(sizes.values())
+        if low > 0 and high / low - 1.0 > DEVIATION_LIMIT:
+            each = ", ".join(f"{run} {size:.0f}" for run, size in sizes.items())
+            warnings.append(
+                f"the runs' workloads differ by {high / low - 1.0:.0%} in {what} tokens per "
+                f"request by the engines' count ({each}): they measured different work"
+            )
+    return warnings
+
+
+def tokens_text(s: LevelSummary) -> str:
+    """Requested vs engine-counted tokens of a level: mean, p50 and p99 of each."""
+
+    def three(p: Percentiles) -> str:
+        values = (p.mean, p.p50, p.p99)
+        return "n/a" if p.mean is None else "/".join(f"{v:.0f}" for v in values if v is not None)
+
+    return (
+        f"input requested {three(s.input_requested)}, engine {three(s.input_sent)}; "
+        f"output requested {three(s.output_requested)}, engine {three(s.output_sent)} "
+        "(mean/p50/p99)"
+    )
 
 
 _KIND_LABELS: dict[str, str] = {ErrorKind.RATE_LIMITED: "rate-limited (429)"}

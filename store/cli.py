@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runs.records import token_deviations
 from runs.units import duration_arg
 from store.errors import StoreError
 from store.export import (
@@ -159,11 +160,15 @@ def _show(console: Console, st: Store, run_id: str) -> None:
             )
         )
     console.print(_comparison_table(st.compare([r.run_id])))
+    for warning in token_deviations(lv.summary for lv in st.levels(r.run_id)):
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
 def _compare(console: Console, st: Store, args: argparse.Namespace) -> None:
     c = st.compare(args.runs)
     console.print(_comparison_table(c))
+    for warning in c.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     if len(c.runs) == 2:
         base, new = c.runs
         try:

@@ -16,9 +16,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from engines.catalog.options import options_text
-from runs.records import ErrorKind, LevelSummary, Percentiles, RequestRecord
+from runs.records import TOKEN_FIELDS, ErrorKind, LevelSummary, Percentiles, RequestRecord
 
-_PERCENTILE_FIELDS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "ttft_from_schedule_s")
+_PERCENTILE_FIELDS = (
+    "ttft_s",
+    "tpot_s",
+    "itl_s",
+    "e2e_s",
+    "ttft_from_schedule_s",
+    *TOKEN_FIELDS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,8 @@ class ComparisonRow:
 class Comparison:
     runs: tuple[RunInfo, ...]
     rows: tuple[ComparisonRow, ...]
+    warnings: tuple[str, ...] = ()
+    """E.g. that the runs' workloads differ by more than 5 % (``runs.records.workload_gaps``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +339,7 @@ def level_to_row(run_id: str, s: LevelSummary) -> tuple[Any, ...]:
 
 def row_to_level(row: tuple[Any, ...]) -> LevelRow:
     pct = json.loads(row[17])
+    tokens: dict[str, Any] = {name: Percentiles(**pct.get(name, {})) for name in TOKEN_FIELDS}
     summary = LevelSummary(
         level_index=row[1],
         concurrency=row[2],
@@ -356,6 +366,7 @@ def row_to_level(row: tuple[Any, ...]) -> LevelRow:
         energy_j=row[22],
         mean_gpu_util_pct=row[23],
         mean_power_w=row[24],
+        **tokens,  # newer rows
         **_extras_from(row[25], _LEVEL_EXTRAS),
     )
     return LevelRow(run_id=row[0], summary=summary)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from runs.records import RequestRecord
+from runs.records import LevelSummary, RequestRecord, workload_gaps
 from store import energy
 from store.errors import RunNotFoundError, StoreError
 from store.models import (
@@ -153,10 +153,12 @@ def compare(
     runs = [get_run(conn, r) for r in run_ids]
     rows: list[ComparisonRow] = []
     now = time.time()
+    summaries: dict[str, list[LevelSummary]] = {}
     for run in runs:
         gpus = _deployment_gpus(conn, run.deployment_id)
         cached = energy.cached(conn, run.run_id)
         for lr in levels(conn, run.run_id):
+            summaries.setdefault(run.run_id, []).append(lr.summary)
             s = lr.summary
             util, power, joules = s.mean_gpu_util_pct, s.mean_power_w, s.energy_j
             source = "loadgen" if joules is not None else None
@@ -194,7 +196,7 @@ def compare(
                     failures_by_kind=dict(s.failures_by_kind),
                 )
             )
-    return Comparison(runs=tuple(runs), rows=tuple(rows))
+    return Comparison(runs=tuple(runs), rows=tuple(rows), warnings=tuple(workload_gaps(summaries)))
 
 
 # (metric, higher is better)
@@ -225,13 +227,20 @@ def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
     return what
 
 
+def measured_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """What a run's workload asks: its seed and salt only choose the words, and how the
+    prompts were sized is how it was sent (the engine-counted tokens of each level show
+    what was; a comparison warns when they differ: ``runs.records.workload_gaps``)."""
+    return {k: v for k, v in workload.items() if k not in ("seed", "salt", "sizing")}
+
+
 def config_differences(a: RunInfo, b: RunInfo) -> list[str]:
     diffs = []
     if a.engine_kind != b.engine_kind:
         diffs.append("engine_kind")
     if measured_profile(a.profile) != measured_profile(b.profile):
         diffs.append("profile")
-    if a.workload != b.workload:
+    if measured_workload(a.workload) != measured_workload(b.workload):
         diffs.append("workload")
     return diffs
 

@@ -8,7 +8,7 @@ from engines.catalog.flags import choice, integer, switch
 from engines.catalog.options import by_env, toggle, valued
 from engines.catalog.servers import opt
 from engines.catalog.spec import EngineSpec
-from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
+from engines.catalog.types import LaunchConfig, MemoryRule, TokenizeRoute, UnsupportedOption
 from engines.dialects import PromDialect
 from engines.kv_capacity import llamacpp_capacity
 from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
@@ -32,6 +32,9 @@ class LlamacppSpec(EngineSpec):
     refuses_while_loading = False
     loading_status = 503
     closes_after_stream = True
+    models_owned_by = "llamacpp"  # tools/server/server.cpp /v1/models
+    # tools/server/server.cpp: POST /tokenize {content, add_special} -> {tokens}
+    tokenize = TokenizeRoute("/tokenize", "content", "tokens", fields=(("add_special", False),))
     second_page_path = "/slots"
     second_page_format = "llamacpp_slots"
     kv_capacity_path = "/props"

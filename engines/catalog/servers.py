@@ -12,7 +12,7 @@ from types import MappingProxyType
 from engines.catalog.flags import choice, integer, number, switch
 from engines.catalog.options import toggle, valued
 from engines.catalog.spec import EngineSpec
-from engines.catalog.types import LaunchConfig, MemoryRule, UnsupportedOption
+from engines.catalog.types import LaunchConfig, MemoryRule, TokenizeRoute, UnsupportedOption
 from engines.dialects import PromDialect, version_tuple
 from engines.kv_capacity import sglang_capacity, tgi_capacity, vllm_capacity
 from engines.sample import EngineSample, gaps_filled
@@ -64,6 +64,10 @@ _VLLM_NAMES = PromDialect(
     e2e=("vllm:e2e_request_latency_seconds",),
 )
 
+_OPENAI_TOKENIZE = TokenizeRoute(
+    "/tokenize", "prompt", "count", sends_model=True, fields=(("add_special_tokens", False),)
+)
+
 
 class VllmSpec(EngineSpec):
     kind = "vllm"
@@ -83,6 +87,10 @@ class VllmSpec(EngineSpec):
     checks_model_name = True
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
+    models_owned_by = "vllm"  # entrypoints/openai/protocol.py ModelCard
+    # entrypoints/openai/serving_tokenization.py: {model, prompt, add_special_tokens}
+    # -> {count, tokens, max_model_len}
+    tokenize = _OPENAI_TOKENIZE
     kv_log_patterns = (r"GPU KV cache size: ([\d,]+) tokens",)
     kv_capacity_path = "/metrics"  # vllm:cache_config_info
     # gpu_memory_utilization x total memory holds weights, activations and the KV pool
@@ -161,6 +169,9 @@ class SglangSpec(EngineSpec):
     busy_status = 503
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
+    models_owned_by = "sglang"  # srt/entrypoints/openai/protocol.py ModelCard
+    # srt/entrypoints/openai/serving_tokenize.py: vLLM's request and answer
+    tokenize = _OPENAI_TOKENIZE
     kv_log_patterns = (r"max_total_num_tokens=(\d+)",)
     kv_capacity_path = "/get_server_info"
     # the static fraction x total memory covers weights + KV pool
@@ -247,6 +258,8 @@ class TgiSpec(EngineSpec):
     entrypoint = ("text-generation-launcher",)
     exact_length_style = None  # no ignore_eos / min_tokens on the OpenAI route
     length_fields = frozenset()
+    # router/src/server.rs tokenize: POST /tokenize {inputs} -> [{id, text, start, stop}]
+    tokenize = TokenizeRoute("/tokenize", "inputs", "list")
     kv_log_patterns = (r"[Ss]etting max batch total tokens to (\d+)",)
     kv_capacity_path = "/info"
     memory = MemoryRule(1.0)  # --cuda-memory-fraction of total covers weights + KV

@@ -26,6 +26,7 @@ from engines.catalog.types import (
     MemoryRule,
     MetricsFormat,
     SecondPageFormat,
+    TokenizeRoute,
     UnsupportedOption,
 )
 from engines.dialects import (
@@ -118,6 +119,11 @@ class EngineSpec:
     """What ``second_page_path`` serves (the simulator serves the same)."""
     usage_in_stream: bool = True
     """Sends ``usage`` in the last chunk when asked (``stream_options.include_usage``)."""
+    models_owned_by: str | None = None
+    """``owned_by`` of the models its ``/v1/models`` lists: names the engine's kind."""
+    tokenize: TokenizeRoute | None = None
+    """How the engine tokenizes text for a client (prompts sized in its tokens); None
+    where it cannot (the load generator then sends words and says so)."""
     exact_length_style: tuple[str, ...] | None = ("max_tokens", "ignore_eos")
     """Body fields that together force an exact output length; None: impossible."""
     length_fields: frozenset[str] = frozenset({"ignore_eos"})

@@ -28,6 +28,37 @@ class UnsupportedOption(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class TokenizeRoute:
+    """How an engine tokenizes text over HTTP (no special tokens added): the load
+    generator sizes its prompts in the engine's own tokens with it."""
+
+    path: str
+    """POSTed to, at the engine's root."""
+    text_field: str
+    """The body field that takes the text."""
+    answer: str
+    """How the answer counts: "tokens" (a ``tokens`` list), "count" (a ``count``
+    number) or "list" (the answer is the list of tokens)."""
+    sends_model: bool = False
+    """The body names the model (``model``)."""
+    fields: tuple[tuple[str, object], ...] = ()
+    """Further body fields, e.g. not to add a BOS token."""
+
+    def body(self, text: str, model: str) -> dict[str, object]:
+        body: dict[str, object] = {self.text_field: text, **dict(self.fields)}
+        if self.sends_model:
+            body["model"] = model
+        return body
+
+    def count(self, answer: object) -> int | None:
+        """Tokens in ``answer``; None when it is not what this route answers."""
+        found = answer.get(self.answer) if isinstance(answer, dict) else answer
+        if self.answer == "count":
+            return found if isinstance(found, int) and not isinstance(found, bool) else None
+        return len(found) if isinstance(found, list) else None
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryRule:
     """How an engine budgets GPU memory for weights and KV cache (``engines.fit`` reads it)."""
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from sim import RunningSim, start_sim
 from tests.loadgen.sched_server import SchedServer
 
 ROOT = Path(__file__).parents[2]
@@ -60,12 +61,17 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
-    """Serve a stand-in engine's ``/v1/chat/completions`` on 127.0.0.1; returns its URL."""
+    """Serve a stand-in engine's ``/v1/chat/completions`` on 127.0.0.1 (its ``/v1/models``
+    lists model "m", as the bench's pre-flight asks); returns its URL."""
     runners: list[web.AppRunner] = []
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     async def start(handler: Handler) -> str:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handler)
+        app.router.add_get("/v1/models", models)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -75,3 +81,14 @@ async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
     yield start
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def vllm_sim() -> AsyncIterator[RunningSim]:
+    """The simulator's vLLM profile (prefix caching on) on 127.0.0.1, ready."""
+    sim = await start_sim("h100-llama2-7b-vllm", host="127.0.0.1", port=0, time_scale=0.05)
+    try:
+        await sim.wait_ready()
+        yield sim
+    finally:
+        await sim.stop()

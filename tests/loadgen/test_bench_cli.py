@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from control import bench as cli
 from loadgen import read_jsonl
+from tests.loadgen.conftest import bench as bench_process
+
+Serve = Callable[[Callable[[web.Request], Awaitable[web.StreamResponse]]], Awaitable[str]]
 
 FAST = ("--ttft-ms", "5", "--ttft-spread-ms", "5", "--itl-ms", "2")
 
@@ -112,12 +116,25 @@ def test_a_run_too_small_to_split_over_the_load_nodes_is_refused_before_it_start
     assert words in capsys.readouterr().err
 
 
-def test_all_requests_failing_exits_nonzero_and_says_why(
-    unused_tcp_port: int, capsys: pytest.CaptureFixture[str]
+async def test_all_requests_failing_exits_nonzero_and_says_why(serve: Serve) -> None:
+    async def refuse(_: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "overloaded"}}, status=500)
+
+    url = await serve(refuse)
+    code, out, _err = await bench_process("--url", url, "--model", "m", "--requests", "2")
+    assert code == 1
+    assert "failures at c=1: http_status 2" in out
+
+
+def test_an_endpoint_that_does_not_answer_is_refused_before_the_run(
+    unused_tcp_port: int, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     url = f"http://127.0.0.1:{unused_tcp_port}"
-    assert bench(["--url", url, "--model", "m", "--requests", "2", "--quiet"]) == 1
-    assert "failures at c=1: connect 2" in capsys.readouterr().out
+    db = tmp_path / "runs.db"
+    argv = ["--url", url, "--model", "m", "--requests", "2", "--save", "--db", str(db)]
+    assert bench([*argv, "--quiet"]) == 2
+    assert f"the endpoint {url} does not answer" in capsys.readouterr().err
+    assert not db.exists()
 
 
 def test_a_full_disk_is_a_clear_error_and_the_store_still_gets_the_records(
@@ -135,3 +152,32 @@ def test_a_full_disk_is_a_clear_error_and_the_store_still_gets_the_records(
         (run,) = st.list_runs()
         assert run.status == "failed"
         assert st.request_count(run.run_id) >= 1  # what finished reached the other sink
+
+
+async def test_a_server_that_cannot_tokenize_gets_words_and_the_warning(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Named llama.cpp but without its /tokenize: the prompts are words, and the run says
+    so on stderr, in its JSON and in the stored run."""
+
+    async def one_token(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"error": {"message": "no"}}, status=500)
+
+    url = await serve(one_token)
+    out_json, db = tmp_path / "o.json", tmp_path / "runs.db"
+    code, _out, err = await bench_process(
+        "--url", url, "--model", "m", "--engine", "llamacpp", "--requests", "1",
+        "--json", str(out_json), "--save", "--db", str(db),
+    )  # fmt: skip
+    assert code == 1, err  # its one request failed: the warning is what this test is about
+    said = "prompts are common words, not sized in the engine's tokens: its tokenize route "
+    said += "failed (/tokenize answered HTTP 404)"
+    assert said in " ".join(err.split())
+    assert any(said in w for w in json.loads(out_json.read_text())["warnings"])
+    from store import open_store
+
+    with open_store(db) as st:
+        (run,) = st.list_runs()
+    assert (
+        run.workload["sizing"] == "words (its tokenize route failed (/tokenize answered HTTP 404))"
+    )

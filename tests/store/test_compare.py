@@ -3,6 +3,8 @@ with energy from the real H200 NVML trace over each level's window."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from store import RunNotFoundError, Store, StoreError
@@ -198,3 +200,26 @@ def test_a_cache_row_computed_from_fewer_samples_than_stored_is_not_written(
     mem_store.flush()
     count = mem_store._read(lambda c: c.execute("SELECT count(*) FROM level_energy").fetchone())
     assert count == (0,)
+
+
+def test_comparing_runs_whose_workloads_differ_by_over_5_percent_warns(tmp_path: Path) -> None:
+    """Runs of 128 and 575 prompt tokens compared as if they were one test."""
+    from dataclasses import replace as with_
+
+    from runs.records import Percentiles
+    from store import open_store
+
+    with open_store(tmp_path / "runs.db") as st:
+        for run_id, prompt in (("small", 128.0), ("large", 575.0), ("near", 131.0)):
+            st.create_run(run_id=run_id, name=run_id, engine_kind="vllm", created_at=1.0)
+            level = with_(
+                summary_from_h200(0),
+                input_sent=Percentiles(p50=prompt, p99=prompt, mean=prompt),
+                output_sent=Percentiles(p50=64.0, p99=64.0, mean=64.0),
+            )
+            st.add_level(run_id, level)
+        st.flush()
+        (warning,) = st.compare(["small", "large"]).warnings
+        assert "differ by 349% in input tokens per request" in warning
+        assert "small 128, large 575" in warning
+        assert st.compare(["small", "near"]).warnings == ()

@@ -13,7 +13,7 @@ from typing import Any
 from control.demo_runs import SweepShape, simulate_run
 from control.loads import profile, run_load
 from store import open_store
-from store.queries import REGRESSION_METRICS
+from store.queries import REGRESSION_METRICS, measured_workload
 from tests.loadgen.conftest import bench
 from tests.tui.conftest import SIZE, engines_at_load, fleet_frames, frozen_app, frozen_services
 from tests.tui.driving import live_app, run_smoke_load
@@ -49,6 +49,10 @@ async def test_a_sweep_from_the_tui_from_bench_and_from_the_demo_is_stored_alike
         await wait_until(pilot, lambda: key in app.screen.target_keys, "the engine as a target")
         await run_smoke_load(pilot, key)
         (tui,) = store.list_runs()
+        # the simulator cannot tokenize for a client: its prompts are words, and it counts
+        # its chat template's tokens too, which the run summary says it did not ask for
+        shown = " ".join(text_of(pilot, "#load-status").split())
+        assert "warning: c=1: the engine counted" in shown and "32 were requested" in shown
 
         # (b) the CLI: the same numbers, as a real `infer-top bench --save` process.
         code, _out, err = await bench(
@@ -90,7 +94,9 @@ async def test_a_sweep_from_the_tui_from_bench_and_from_the_demo_is_stored_alike
         assert len({tuple(r.profile) for r in runs.values()}) == 1
         assert len({tuple(r.profile["target"]) for r in runs.values()}) == 1
         assert tui.profile["spec"] == cli.profile["spec"] == demo.profile["spec"]
-        assert tui.workload == cli.workload == demo.workload
+        assert measured_workload(tui.workload) == measured_workload(cli.workload)
+        assert measured_workload(cli.workload) == measured_workload(demo.workload)
+        assert tui.workload["salt"] != cli.workload["salt"]  # each drew fresh prompts
         assert tui.profile["target"]["model"] == cli.profile["target"]["model"]
         # The TUI run names its engine's deployment: energy over its window sums GPU 1 only.
         assert tui.deployment_id == engine.id and tui.node == NODE

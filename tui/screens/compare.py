@@ -124,6 +124,7 @@ class CompareScreen(RunsScreen):
         title.update(
             f"{len(comparison.runs)} runs: {view.title}"
             + ("  [simulated engines]" if simulated else "")
+            + "".join(f"\nwarning: {warning}" for warning in comparison.warnings)
         )
         self._draw_curves(comparison_curves(comparison))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -13,6 +14,7 @@ from textual.widgets import DataTable, Input, Static
 from control.exporting import export_comparison
 from control.model import fmt
 from control.services import describe_error
+from runs.records import token_deviations
 from store import RunInfo
 from tui.fasttable import Cell
 from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded
@@ -128,7 +130,10 @@ class HistoryScreen(FilteredScreen, RunsScreen):
         self.post_message(LevelsLoaded(run_id, levels))
 
     def on_levels_loaded(self, message: LevelsLoaded) -> None:
-        self.query_one("#levels-title", Static).update(f"Levels of run {message.run_id}")
+        title = f"Levels of run {message.run_id}"
+        for warning in token_deviations(lr.summary for lr in message.levels):
+            title += f"\nwarning: {warning}"  # the workload sent is not the one asked for
+        self.query_one("#levels-title", Static).update(Text(title))
         rows: list[Row] = []
         for lr in message.levels:
             s = lr.summary

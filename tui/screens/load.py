@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Callable
 from typing import ClassVar
 
+from rich.markup import escape
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -27,7 +28,7 @@ from control.model import fmt
 from control.services import describe_error
 from loadgen.report import level_label
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
-from runs.records import LevelSummary, failures_sampled, failures_text
+from runs.records import LevelSummary, failures_sampled, failures_text, token_deviations
 from store.recorder import RunRecorder
 from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
@@ -133,6 +134,7 @@ class LoadScreen(BaseScreen):
         self._levels: dict[str, Row] = {}
         self._failures: dict[int, list[str]] = {}
         """Each finished level's failure kinds with the engine's own words."""
+        self._summaries: list[LevelSummary] = []
         self._planned = 1
         self._load_running = False
         self.running_target: str | None = None
@@ -222,6 +224,7 @@ class LoadScreen(BaseScreen):
         self._levels.clear()
         self._failures.clear()
         self.query_one("#load-failures", Static).display = False
+        self._summaries.clear()
         self._planned = len(prof.concurrency)
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
@@ -321,6 +324,7 @@ class LoadScreen(BaseScreen):
                 f"{event.output_tok_s:,.0f} out tok/s"
             )
         elif isinstance(event, LevelFinished):
+            self._summaries.append(event.summary)
             row = level_row(event.summary)
             self._levels[row[0]] = row
             self._show_failures(event.summary)
@@ -378,6 +382,9 @@ class LoadScreen(BaseScreen):
             status.update(
                 f"[green]run {message.run_id} finished and saved[/] — "
                 "press 5 to compare, 6 for history"
+                + "".join(
+                    f"\n[yellow]warning:[/] {escape(w)}" for w in token_deviations(self._summaries)
+                )
             )
         self.app.post_message(RunsChanged())
         after, self._after_stop = self._after_stop, None
