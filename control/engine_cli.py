@@ -205,9 +205,12 @@ def pick_node(config_file: Path | None, name: str | None) -> NodeConfig:
 Command = Callable[[AgentClient, NodeConfig], Awaitable[int]]
 
 
-def _run(args: argparse.Namespace, action: str, command: Command) -> int:
-    """Resolve the node, run ``command`` against its agent, and turn what went wrong
-    into words and an exit code."""
+def run_node_command(
+    args: argparse.Namespace, action: str, command: Command, *, program: str = "engine"
+) -> int:
+    """Resolve the node (``args.node``, ``args.config``), run ``command`` against its
+    agent, and turn what went wrong into words and an exit code (``infer-top PROGRAM
+    ACTION: ...``; ``args.json``: as JSON too)."""
     node_name: str | None = args.node
 
     async def main() -> int:
@@ -220,13 +223,15 @@ def _run(args: argparse.Namespace, action: str, command: Command) -> int:
     try:
         return asyncio.run(main())
     except KeyboardInterrupt:
-        print(f"infer-top engine {action}: interrupted", file=sys.stderr)
+        print(f"infer-top {program} {action}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         failure = failure_of(exc, node_name or "?", action)
         if failure is None:
             raise
-        return report_failure(failure, node=node_name, action=action, as_json=args.json)
+        return report_failure(
+            failure, node=node_name, action=action, as_json=args.json, command=program
+        )
 
 
 def run_ls(args: argparse.Namespace) -> int:
@@ -250,7 +255,7 @@ def run_ls(args: argparse.Namespace) -> int:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + row[-1])
         return EXIT_OK
 
-    return _run(args, "ls", command)
+    return run_node_command(args, "ls", command)
 
 
 def run_start(args: argparse.Namespace) -> int:
@@ -278,7 +283,7 @@ def run_start(args: argparse.Namespace) -> int:
                   f"({elapsed_s:.1f} s)")  # fmt: skip
         return EXIT_OK
 
-    return _run(args, "start", command)
+    return run_node_command(args, "start", command)
 
 
 def run_swap(args: argparse.Namespace) -> int:
@@ -305,7 +310,7 @@ def run_swap(args: argparse.Namespace) -> int:
                   f"{node.name}; swap took {swap_s:.1f} s")  # fmt: skip
         return EXIT_OK
 
-    return _run(args, "swap", command)
+    return run_node_command(args, "swap", command)
 
 
 def run_stop(args: argparse.Namespace) -> int:
@@ -332,7 +337,7 @@ def run_stop(args: argparse.Namespace) -> int:
                   "deletes them with the engine)")  # fmt: skip
         return EXIT_OK
 
-    return _run(args, "stop", command)
+    return run_node_command(args, "stop", command)
 
 
 def run_logs(args: argparse.Namespace) -> int:
@@ -363,4 +368,4 @@ def run_logs(args: argparse.Namespace) -> int:
                 raise
         return EXIT_OK
 
-    return _run(args, "logs", command)
+    return run_node_command(args, "logs", command)

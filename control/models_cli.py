@@ -12,7 +12,7 @@ from pathlib import Path
 from agents.client import AgentClient
 from agents.protocol import ModelInventory, to_dict
 from control.config import ConfigError, NodeConfig, load_config
-from control.engine_cli import pick_node
+from control.engine_cli import run_node_command
 from control.engine_output import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -20,7 +20,6 @@ from control.engine_output import (
     EXIT_USAGE,
     failure_of,
     print_json,
-    report_failure,
 )
 from control.model_fit import size_text
 from control.reach import find_node
@@ -148,8 +147,6 @@ def confirmed(question: str) -> bool:
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    node_name: str | None = args.node
-
     async def command(client: AgentClient, node: NodeConfig) -> int:
         matches = [m for m in (await client.models()).models if args.name in (m.name, m.path)]
         if len(matches) == 1 and not args.yes:
@@ -172,22 +169,4 @@ def run_rm(args: argparse.Namespace) -> int:
             )
         return EXIT_OK
 
-    async def main() -> int:
-        nonlocal node_name
-        node = pick_node(args.config, args.node)
-        node_name = node.name
-        async with connected(node) as client:
-            return await command(client, node)
-
-    try:
-        return asyncio.run(main())
-    except KeyboardInterrupt:
-        print("infer-top models rm: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:
-        failure = failure_of(exc, node_name or "?", "rm")
-        if failure is None:
-            raise
-        return report_failure(
-            failure, node=node_name, action="rm", as_json=args.json, command="models"
-        )
+    return run_node_command(args, "rm", command, program="models")
