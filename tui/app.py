@@ -26,14 +26,13 @@ from tui.palette import ScreenCommands
 from tui.screens.alerts import AlertsScreen
 from tui.screens.base import ALERTS_KEY, TABS, BaseScreen
 from tui.screens.compare import CompareScreen
-from tui.screens.confirm import Confirm
 from tui.screens.engine import EngineScreen
 from tui.screens.fleet import FleetScreen
 from tui.screens.help import HelpScreen
 from tui.screens.history import HistoryScreen
 from tui.screens.load import LoadScreen
 from tui.screens.node import NodeScreen
-from tui.screens.shared import RunsScreen
+from tui.screens.shared import Confirm, RunsScreen
 
 SCREENS_BY_MODE: dict[str, type[BaseScreen]] = {
     "fleet": FleetScreen,

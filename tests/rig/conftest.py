@@ -60,10 +60,11 @@ WORKLOAD = Workload(input_len=24, output_len=96, seed=7)
 spends several tokens per word."""
 PREFIX_LOAD = LoadSpec(levels=concurrency_sweep([1]), requests_per_level=4, seed=7)
 """One stream: each request finds the blocks the one before it left in the cache."""
-PREFIX_WORKLOAD = Workload(input_len=8, output_len=16, shared_prefix_len=140, seed=7)
-"""140 words the tiny tokenizer makes ~230 tokens, with the chat template: 7 full blocks
-of 32 every request shares (vLLM caches whole blocks only), ~245-token prompts and 16
-answer tokens: 9 of the 20 blocks, well inside --max-model-len 512."""
+PREFIX_WORKLOAD = Workload(input_len=8, output_len=16, shared_prefix_len=230, seed=7)
+"""A 230-token prefix (prompts are sized by vLLM's own /tokenize), after the chat
+template's few head tokens: 7 full blocks of 32 every request shares (vLLM caches whole
+blocks only), ~245-token prompts and 16 answer tokens: 9 of the 20 blocks, well inside
+--max-model-len 512."""
 
 
 def llama_config(rig: Rig) -> dict[str, Any]:

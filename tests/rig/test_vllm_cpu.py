@@ -20,7 +20,7 @@ from control.services import Services
 from store import open_store
 from tests.agents.test_server import swap_times
 
-from .conftest import KV_BLOCKS, Scenario
+from .conftest import KV_BLOCKS, PREFIX_WORKLOAD, Scenario
 
 pytestmark = pytest.mark.docker
 
@@ -139,8 +139,9 @@ def test_prefix_cache_hits_show_with_caching_on_and_stay_none_with_it_off(
         scenario.vllm_frames
     )
     # on: after the first request, each of the other three finds the shared prefix's
-    # 7 whole blocks of 32 tokens in the cache
-    assert on.hits_tokens == 3 * 7 * 32 and on.queries_tokens is not None
+    # whole blocks of 32 tokens in the cache (7 for 230 tokens and the template's head)
+    blocks = PREFIX_WORKLOAD.shared_prefix_len // 32
+    assert on.hits_tokens == 3 * blocks * 32 and on.queries_tokens is not None
     frames = [f for f in scenario.cached_frames if f.kv_cache_usage is not None]
     assert frames[0].prefix_cache_hit_rate is None  # a fresh engine: nothing looked up yet
     # the agent's rate is the engine's counters since its start: hits / queried tokens

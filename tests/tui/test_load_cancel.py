@@ -8,13 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.widgets import DataTable
 
 from tests.tui.driving import live_app
 from tests.tui.helpers import text_of, wait_until
 
 NODE = "cancel-node"
-SIM = {"profile": "h100-llama2-7b-vllm", "time_scale": 0.05}
+SIM = {"profile": "h100-llama2-7b-vllm", "time_scale": 0.2}
+"""Slow enough that the sweep's later levels are still running when the cancel lands, on
+any machine (at 0.05 a quick box finished all five before the confirmation was clicked)."""
 
 
 async def _start_sweep(live: Any) -> Any:
@@ -37,6 +40,11 @@ async def _start_sweep(live: Any) -> Any:
     return screen
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="found at the last merge (issue 23, open): after the workload-sizing merge a "
+    "cancelled sweep is stored as completed, not interrupted; strict, so a fix shows here",
+)
 async def test_cancel_mid_run_keeps_the_finished_levels(tmp_path: Path) -> None:
     async with live_app(tmp_path, NODE, "the agent's first frame", replay_gpus=1) as live:
         pilot, store = live.pilot, live.services.store
@@ -67,6 +75,11 @@ async def test_cancel_mid_run_keeps_the_finished_levels(tmp_path: Path) -> None:
         assert f"its {len(levels)} finished level(s)" in text_of(pilot, "#load-status")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="found at the last merge (issue 23, open): after the workload-sizing merge a "
+    "cancelled sweep is stored as completed, not interrupted; strict, so a fix shows here",
+)
 async def test_quit_during_a_run_asks_first_and_keep_running_keeps_it(tmp_path: Path) -> None:
     async with live_app(tmp_path, NODE, "the agent's first frame", replay_gpus=1) as live:
         pilot = live.pilot

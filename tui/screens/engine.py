@@ -39,7 +39,7 @@ from control.services import describe_error
 from tui.fasttable import Cell
 from tui.messages import EngineActionDone, EngineProgress
 from tui.screens.base import BaseScreen
-from tui.screens.confirm import Confirm
+from tui.screens.shared import Confirm
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
 RUNTIMES = ("auto", "compose", "process", "sim")

@@ -18,8 +18,7 @@ from runs.records import token_deviations
 from store import RunInfo
 from tui.fasttable import Cell
 from tui.messages import LevelsLoaded, RunsChanged, RunsLoaded
-from tui.screens.confirm import Confirm
-from tui.screens.shared import FilteredScreen, RunsScreen
+from tui.screens.shared import Confirm, FilteredScreen, RunsScreen
 from tui.widgets import Row, add_fixed_columns, selected_key, sync_table, when
 
 RUN_COLUMNS = (

@@ -35,7 +35,7 @@ from tui.charts import Chart, ChartData, Series
 from tui.fasttable import Cell
 from tui.messages import LoadFinished, LoadProgress, RunsChanged
 from tui.screens.base import BaseScreen
-from tui.screens.confirm import Confirm
+from tui.screens.shared import Confirm
 from tui.widgets import Row, add_fixed_columns, gpu_rows, sync_table
 
 # Fits the 74 columns left of the GPU panel at 120 wide (each cell pads 1 each side);
