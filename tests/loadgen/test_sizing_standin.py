@@ -72,5 +72,5 @@ async def test_prompts_hold_the_asked_tokens_where_words_are_several_tokens(
     for r in sink.records:
         assert r.requested_prompt_tokens is not None
         asked = r.requested_prompt_tokens - TEMPLATE - 20  # the shared prefix's 20 apart
-        assert 64 <= asked <= 192
+        assert 64 - 2 <= asked <= 192 + 2  # the range's ends, within the issue's +-2 tokens
         assert r.prompt_tokens == r.requested_prompt_tokens  # exact, by its own count
