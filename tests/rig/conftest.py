@@ -114,18 +114,20 @@ class Scenario:
     to_vllm_cached: Swap
     """vLLM restarted with prefix caching on."""
     to_llama: Swap
-    vllm_frames: tuple[EngineTelemetry, ...]
-    """vLLM's telemetry with prefix caching off, one per frame, from before its sweep to
-    after its shared-prefix load."""
     vllm_node_frames: tuple[TelemetryFrame, ...]
-    """The same span as the node's frames (time stamped, only this engine in them): what
-    the control plane's alert rules read."""
+    """The node's frames with prefix caching off (time stamped, only this engine in them),
+    from before its sweep to after its shared-prefix load: what the alert rules read."""
     cached_frames: tuple[EngineTelemetry, ...]
     """vLLM's telemetry with prefix caching on, from before its shared-prefix load to
     after it."""
     off_counters: PrefixCounters
     on_counters: PrefixCounters
     events: tuple[AgentEvent, ...]
+
+    @property
+    def vllm_frames(self) -> tuple[EngineTelemetry, ...]:
+        """vLLM's telemetry with prefix caching off, one per frame (``vllm_node_frames``)."""
+        return tuple(f.engines[0] for f in self.vllm_node_frames)
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,7 @@ async def run_scenario(agent: AgentProcess, rig: Rig, db: Path) -> Scenario:
             to_vllm = await swap(client, llama.id, "vllm", config)
             assert to_vllm.engine.health == "healthy", to_vllm.engine.message
             node_frames: list[TelemetryFrame] = []
-            async with watching(client, llama.id, node_frames) as frames:
+            async with watching(client, llama.id, node_frames):
                 vllm_run = await run_load(client, llama.id, store)
                 prefix_off_run = await run_load(
                     client, llama.id, store, PREFIX_LOAD, PREFIX_WORKLOAD
@@ -338,7 +340,6 @@ async def run_scenario(agent: AgentProcess, rig: Rig, db: Path) -> Scenario:
         to_vllm=to_vllm,
         to_vllm_cached=to_vllm_cached,
         to_llama=to_llama,
-        vllm_frames=tuple(frames),
         vllm_node_frames=tuple(node_frames),
         cached_frames=tuple(cached_frames),
         off_counters=off_counters,
