@@ -26,7 +26,7 @@ from agents.client import AgentClient, AgentError
 from agents.protocol import engine_facts
 from control.config import ConfigError
 from control.merge import Merger, ShareSink
-from control.noderuns import NodeRunEnded, follow_node_run, stop_node_run
+from control.noderuns import EmitSink, follow_node_run, run_result, stop_node_run
 from control.reach import find_node
 from loadgen.process import new_run_id
 from loadgen.profiles import ClosedLoop, Level, LoadSpec, ProfileError
@@ -37,7 +37,6 @@ from runs.events import (
     RunEvent,
     RunEventSink,
     RunFailed,
-    RunFinished,
     RunInterrupted,
     RunResult,
     RunStarted,
@@ -295,17 +294,8 @@ async def bench_distributed(
             )
         return AgentRef(node.name, node.url, node.read_token())
 
-    class Emit:
-        on_event = staticmethod(emit)
-
-    last: ProgressEvent | None = None
     events = run_distributed(
-        ref(engine_node), engine_id, [ref(n) for n in load_nodes], spec, workload, Emit(),
-        model=model, chat=chat, origin="bench", name=name,
+        ref(engine_node), engine_id, [ref(n) for n in load_nodes], spec, workload,
+        EmitSink(emit), model=model, chat=chat, origin="bench", name=name,
     )  # fmt: skip
-    async with contextlib.aclosing(events):
-        async for event in events:
-            last = event
-    if isinstance(last, RunFinished):
-        return last.result
-    raise NodeRunEnded(f"the run on nodes {', '.join(load_nodes)} ended without a result: {last}")
+    return await run_result(events, f"on nodes {', '.join(load_nodes)}")

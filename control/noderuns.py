@@ -166,9 +166,23 @@ class NodeRunEnded(Exception):
     """A node-side run ended without a result (it failed, or was stopped): in its words."""
 
 
-class _Emit:
+class EmitSink:
+    """A plain callback as a ``RunEventSink`` (the headless bench's printer)."""
+
     def __init__(self, emit: Callable[[RunEvent], None]) -> None:
         self.on_event = emit
+
+
+async def run_result(events: AsyncGenerator[ProgressEvent, None], where: str) -> RunResult:
+    """Follow a node-side run's events to its end: its result, or NodeRunEnded saying
+    how the run ``where`` ended without one."""
+    last: ProgressEvent | None = None
+    async with contextlib.aclosing(events):
+        async for event in events:
+            last = event
+    if isinstance(last, RunFinished):
+        return last.result
+    raise NodeRunEnded(f"the run {where} ended without a result: {last}")
 
 
 async def bench_on_node(
@@ -186,15 +200,9 @@ async def bench_on_node(
     """``infer-top bench --node --engine-id``: the run generated on the engine's node,
     every event to ``emit``; its result, or NodeRunEnded when it had none."""
     node = find_node(config_file, node_name)
-    last: ProgressEvent | None = None
     async with connected(node) as client:
         events = run_on_node(
-            client, engine_id, spec, workload, _Emit(emit),
+            client, engine_id, spec, workload, EmitSink(emit),
             model=model, chat=chat, origin="bench", name=name,
         )  # fmt: skip
-        async with contextlib.aclosing(events):
-            async for event in events:
-                last = event
-    if isinstance(last, RunFinished):
-        return last.result
-    raise NodeRunEnded(f"the run on node {node_name} ended without a result: {last}")
+        return await run_result(events, f"on node {node_name}")
