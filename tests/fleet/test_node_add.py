@@ -24,6 +24,7 @@ from control.config import NodeConfig, load_config
 from control.transport import connected
 from tests.conftest import IN_CI
 from tests.netns import SshRig, TestNode, network_nodes, sshd_reason
+from tests.waiting import apoll_until, poll_until
 from tui.cli import main
 
 pytestmark = pytest.mark.netns
@@ -71,13 +72,12 @@ def _node(config: Path, name: str) -> NodeConfig | None:
 
 async def _ask_until(node: NodeConfig, deadline: float) -> NodeInfo:
     """The agent's answer once it is up again (it was just restarted)."""
-    while True:
-        try:
-            return await _ask(node)
-        except AgentError:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.2)
+    return await apoll_until(
+        lambda: _ask(node),
+        f"node {node.name}'s restarted agent to answer",
+        timeout_s=max(1.0, deadline - time.monotonic()),
+        ignoring=(AgentError,),
+    )
 
 
 async def _ask(node: NodeConfig) -> NodeInfo:
@@ -127,9 +127,11 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     (agent,) = set(running) - {pid}
     os.kill(agent, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while set(_processes_under(lab, prefix)) - {pid, agent} == set():
-        assert time.monotonic() < deadline, "the supervisor did not start the agent again"
-        time.sleep(0.1)
+    poll_until(
+        lambda: set(_processes_under(lab, prefix)) - {pid, agent},
+        "the supervisor to start the agent again",
+        timeout_s=30,
+    )
     info = asyncio.run(_ask_until(node, deadline))
     assert info.node == "lab2"
     running = _processes_under(lab, prefix)
