@@ -9,6 +9,10 @@ from sim import RunningSim, start_sim
 
 StartSim = Callable[..., Awaitable[RunningSim]]
 
+LOADING_S = 2.0
+"""How long a test engine stays loading: long enough that the probes a test makes while
+it loads still land inside the window on a loaded CI machine (0.4 s did not)."""
+
 
 @pytest.fixture
 async def sim_factory() -> AsyncIterator[StartSim]:

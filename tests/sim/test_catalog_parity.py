@@ -16,7 +16,7 @@ import pytest
 from engines.catalog import Health, get_spec, merge_llamacpp, parse_llamacpp_slots
 from engines.sample import EngineSample
 from sim import FaultConfig, list_profiles, load_profile
-from tests.sim.conftest import StartSim
+from tests.sim.conftest import LOADING_S, StartSim
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 KINDS = ("vllm", "sglang", "tgi", "llamacpp", "ollama", "trtllm", "lmdeploy")
@@ -121,7 +121,9 @@ async def test_llamacpp_slots_parse_like_the_real_ones(sim_factory: StartSim) ->
 @pytest.mark.parametrize("kind", KINDS)
 async def test_catalog_health_reads_the_loading_phase(sim_factory: StartSim, kind: str) -> None:
     spec = get_spec(kind)
-    sim = await sim_factory(profile_for(kind), time_scale=0.02, faults=FaultConfig(load_time_s=0.5))
+    sim = await sim_factory(
+        profile_for(kind), time_scale=0.02, faults=FaultConfig(load_time_s=LOADING_S)
+    )
 
     async def probe() -> Health:
         try:

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from sim import FaultConfig, Outcome
-from tests.sim.conftest import StartSim
+from tests.sim.conftest import LOADING_S, StartSim
 from tests.waiting import apoll_until
 
 CHAT = [{"role": "user", "content": "Tell me a long story."}]
@@ -19,7 +19,7 @@ STREAM = {"messages": CHAT, "max_tokens": 30, "ignore_eos": True, "stream": True
 
 async def test_llamacpp_answers_loading_model_until_loaded(sim_factory: StartSim) -> None:
     sim = await sim_factory(
-        "h100-llama2-7b-llamacpp", time_scale=0.02, faults=FaultConfig(load_time_s=0.4)
+        "h100-llama2-7b-llamacpp", time_scale=0.02, faults=FaultConfig(load_time_s=LOADING_S)
     )
     async with aiohttp.ClientSession() as s:
         for path in ("/health", "/metrics"):
@@ -35,7 +35,7 @@ async def test_llamacpp_answers_loading_model_until_loaded(sim_factory: StartSim
 
 async def test_vllm_refuses_connections_while_loading(sim_factory: StartSim) -> None:
     sim = await sim_factory(
-        "h100-llama2-7b-vllm", time_scale=0.02, faults=FaultConfig(load_time_s=0.4)
+        "h100-llama2-7b-vllm", time_scale=0.02, faults=FaultConfig(load_time_s=LOADING_S)
     )
     async with aiohttp.ClientSession() as s:
         with pytest.raises(aiohttp.ClientConnectorError):
@@ -47,7 +47,7 @@ async def test_vllm_refuses_connections_while_loading(sim_factory: StartSim) -> 
 
 async def test_ollama_is_running_while_the_model_loads(sim_factory: StartSim) -> None:
     sim = await sim_factory(
-        "h100-llama3.1-8b-ollama", time_scale=0.02, faults=FaultConfig(load_time_s=0.4)
+        "h100-llama3.1-8b-ollama", time_scale=0.02, faults=FaultConfig(load_time_s=LOADING_S)
     )
     async with aiohttp.ClientSession() as s:
         async with s.get(sim.url + "/") as r:
@@ -65,7 +65,7 @@ async def test_ollama_is_running_while_the_model_loads(sim_factory: StartSim) ->
 
 async def test_sglang_health_is_503_while_loading(sim_factory: StartSim) -> None:
     sim = await sim_factory(
-        "h100-llama2-7b-sglang", time_scale=0.02, faults=FaultConfig(load_time_s=0.4)
+        "h100-llama2-7b-sglang", time_scale=0.02, faults=FaultConfig(load_time_s=LOADING_S)
     )
     async with aiohttp.ClientSession() as s:
         async with s.get(sim.url + "/health") as r:
