@@ -59,6 +59,11 @@ class Target:
     connection alive whatever the engine does after a stream, so connections are reused
     (a fresh one per request costs a connect and a close on both hosts)."""
 
+    @property
+    def reuses_connections(self) -> bool:
+        """Whether a pooled socket survives between this target's requests."""
+        return quirks_for(self.engine_kind).reuse_connections or self.through_proxy
+
     def __repr__(self) -> str:  # never print a key into logs
         key = "None" if self.api_key is None else "'***'"
         return (
@@ -103,7 +108,7 @@ async def run_load(
         concurrency=spec.max_in_flight,
         request_timeout_s=spec.request_timeout_s,
         stall_timeout_s=spec.stall_timeout_s,
-        reuse_connections=quirks.reuse_connections or target.through_proxy,
+        reuse_connections=target.reuses_connections,
     )
     summaries: list[LevelSummary] = []
     written = 0

@@ -143,7 +143,12 @@ async def calibrate(route: TokenizeRoute, target: Target) -> Sizing:
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
     gate = asyncio.Semaphore(CALLS_AT_ONCE)
     root = target.url.rstrip("/").removesuffix("/v1")
-    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+    # llama-server drops a kept-alive socket between calls: reused, it answers "Server
+    # disconnected" on a busy machine, so such an engine gets a fresh socket per call
+    connector = aiohttp.TCPConnector(force_close=not target.reuses_connections)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, headers=headers
+    ) as session:
 
         async def count(text: str) -> int:
             async with (

@@ -110,7 +110,7 @@ async def test_a_link_down_for_ten_seconds_mid_run_loses_and_duplicates_nothing(
                     lambda: int(str(loads_seen_inside(b)[0]["last_seq"])),
                     "b's run to go on while its link is down",
                     done=lambda seq: seq > len(seen.events) + 2,
-                    timeout_s=60,
+                    timeout_s=120,
                     every_s=0.5,
                 )
                 await apoll_until(

@@ -258,12 +258,12 @@ async def watch(
     client: AgentClient,
     engine_id: str,
     into: list[EngineTelemetry],
-    whole: list[TelemetryFrame] | None = None,
+    whole: list[TelemetryFrame],
 ) -> None:
     async for frame in client.stream():
         mine = tuple(e for e in frame.engines if e.id == engine_id)
         into.extend(mine)
-        if whole is not None and mine:
+        if mine:
             whole.append(dataclasses.replace(frame, engines=mine))
 
 
@@ -272,10 +272,11 @@ async def watching(
     client: AgentClient, engine_id: str, whole: list[TelemetryFrame] | None = None
 ) -> AsyncIterator[list[EngineTelemetry]]:
     """The engine's telemetry, frame by frame, from its first scrape (so the load starts
-    on an engine seen idle) until a frame shows it idle again after the body; ``whole``
-    gets the node's frames themselves (time stamped, with only this engine)."""
+    on an engine seen idle) until a frame sampled after the body shows it idle again;
+    ``whole`` gets the node's frames themselves (time stamped, with only this engine)."""
     frames: list[EngineTelemetry] = []
-    watcher = asyncio.create_task(watch(client, engine_id, frames, whole))
+    node_frames: list[TelemetryFrame] = [] if whole is None else whole
+    watcher = asyncio.create_task(watch(client, engine_id, frames, node_frames))
     try:
         await apoll_until(
             lambda: frames[-1] if frames else None,
@@ -284,11 +285,16 @@ async def watching(
             timeout_s=30,
         )
         yield frames
-        # the engine's own view once the load is over: nothing left running
+        # the engine's own view once the load is over: nothing left running, in a frame
+        # sampled after the body returned (an earlier frame may predate the last request,
+        # and its counters with it, on a busy machine)
+        body_done = time.time()
         await apoll_until(
-            lambda: frames[-1] if frames else None,
-            "a frame with the engine idle after the load",
-            done=lambda e: e is not None and e.requests_running == 0,
+            lambda: node_frames[-1] if node_frames else None,
+            "a frame sampled after the load with the engine idle",
+            done=lambda f: (
+                f is not None and f.ts > body_done and f.engines[0].requests_running == 0
+            ),
             timeout_s=30,
         )
     finally:
