@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sim.cli",  # sim
     "store.cli",  # runs
     "control.alerts_cli",  # alerts
+    "control.config_cli",  # config
 )
 
 EPILOG = """\
@@ -39,6 +40,8 @@ examples:
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
   infer-top alerts --since 24h --json
+  infer-top config init         write a commented config file (every default), then edit it
+  infer-top config show         the config in force and the file it came from
 
 Config: $XDG_CONFIG_HOME/infer-top/config.toml   Data: $XDG_DATA_HOME/infer-top/infer-top.db
 """
