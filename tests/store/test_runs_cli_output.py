@@ -101,3 +101,17 @@ def test_json_and_tsv_together_are_refused(
         main(["runs", "list", "--json", "--tsv", "--db", str(path)])
     assert exit_info.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_db_before_the_command_is_the_commands_own(
+    db: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tui.cli import main
+
+    path, (ok, bad) = db
+    assert main(["--db", str(path), "runs", "list", "--json"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == [bad, ok]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--nosuch", "1", "runs", "list"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --nosuch 1" in capsys.readouterr().err
