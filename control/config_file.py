@@ -9,6 +9,7 @@ Both are rendered from the code's own defaults and parsers' names (``control.con
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -202,5 +203,8 @@ def effective_text(config: Config, searched: Path) -> str:
         origin += "# no [[nodes]]: the TUI starts an embedded agent on this machine\n"
     origin += f"# secrets in URLs and hook commands are shown as {MASK}\n"
     parts = [origin, *(_node(node) for node in config.nodes)]
-    parts += [_ui(config.refresh_s), f"[store]\npath = {toml_value(config.db_path)}\n"]
+    store = f"[store]\npath = {toml_value(config.db_path)}"
+    if os.environ.get("INFER_TOP_DB"):
+        store += "   # from $INFER_TOP_DB, which wins over the file"
+    parts += [_ui(config.refresh_s), store + "\n"]
     return "\n".join(parts + _alerts(config.alerts))

@@ -120,7 +120,9 @@ def test_config_show_prints_the_config_in_force_its_file_and_masks_secrets(
     assert f"chmod 600 {config_file}" in done.stderr
 
 
-def test_config_show_without_a_file_says_so_and_prints_the_defaults(xdg: Path) -> None:
+def test_config_show_without_a_file_says_so_and_prints_the_defaults(
+    xdg: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     done = _infer_top("config", "show")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"# no config file ({xdg} does not exist): infer-top's defaults")
@@ -128,6 +130,10 @@ def test_config_show_without_a_file_says_so_and_prints_the_defaults(xdg: Path) -
     assert "`infer-top config init`" in done.stdout
     assert tomllib.loads(done.stdout)["ui"]["refresh_s"] == 0.125
     assert parse_config(done.stdout).alerts == AlertConfig()
+
+    monkeypatch.setenv("INFER_TOP_DB", str(xdg.parent / "elsewhere.db"))
+    done = _infer_top("config", "show")
+    assert f'path = "{xdg.parent / "elsewhere.db"}"   # from $INFER_TOP_DB' in done.stdout
 
     missing = _infer_top("config", "show", "--config", str(xdg.parent / "nope.toml"))
     assert missing.returncode == 2
