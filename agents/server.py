@@ -156,6 +156,10 @@ async def _run_agent(
         boot_id=boot_id,
         owner=pid_owner(runtimes.values()),
     )
+    if platform == "replay":  # replayed GPUs show what the engines on them do
+        from agents.replay_load import follow_engines
+
+        follow_engines(gpu_c, lambda: manager.deployments.values(), lambda: sampler.latest)
     docker_version, compose_ver = await asyncio.to_thread(_versions)
     app[MANAGER] = manager
     app[SAMPLER] = sampler

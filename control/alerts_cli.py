@@ -16,6 +16,7 @@ from rich.table import Table
 from alerts import Alert, value_text
 from runs.units import duration_arg
 from store import StoreError, default_db_path, open_store
+from store.runs_formats import stdout_console
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump([a.to_json() for a in found], sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return 0
-    console = Console()
+    console = stdout_console()  # piped: as wide as the rows, not cut to 80 columns
     if not found:
         console.print("no alerts stored" + (" in that window" if since is not None else ""))
         return 0

@@ -55,6 +55,7 @@ def config_path() -> Path:
 
 Transport = Literal["http", "ssh"]
 SSH_DEFAULT_URL = "http://127.0.0.1:7070"
+DEFAULT_REFRESH_S = 0.125
 FINGERPRINT = re.compile(r"sha256:((?:[0-9a-f]{2}:?){31}[0-9a-f]{2})", re.IGNORECASE)
 
 
@@ -99,7 +100,7 @@ class NodeConfig:
 class Config:
     nodes: tuple[NodeConfig, ...] = ()
     db_path: Path = field(default_factory=default_db_path)
-    refresh_s: float = 0.125
+    refresh_s: float = DEFAULT_REFRESH_S
     """Slowest the screen lags the newest frame (frames are coalesced in between)."""
     source: Path | None = None
     alerts: AlertConfig = field(default_factory=AlertConfig)
@@ -194,7 +195,9 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
     if dupes:
         raise ConfigError(f"node names must be unique; repeated: {', '.join(dupes)}")
     ui = data.get("ui", {})
-    refresh_s = float(ui.get("refresh_s", 0.125)) if isinstance(ui, dict) else 0.125
+    refresh_s = DEFAULT_REFRESH_S
+    if isinstance(ui, dict):
+        refresh_s = float(ui.get("refresh_s", DEFAULT_REFRESH_S))
     if not 0.02 <= refresh_s <= 5:
         raise ConfigError(f"ui.refresh_s {refresh_s} out of range 0.02-5 s")
     db = os.environ.get("INFER_TOP_DB") or data.get("store", {}).get("path")

@@ -83,12 +83,17 @@ def _write(path: Path, old: str, new: str, name: str) -> None:
             f"{path}: cannot edit the entry of node {name!r} without touching others "
             f"(an unusual layout?); change it by hand"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    replace_file(path, new, path.stat().st_mode & 0o777 if path.exists() else 0o600)
+
+
+def replace_file(path: Path, text: str, mode: int) -> None:
+    """``path`` holds ``text`` with ``mode``, swapped in atomically: a reader sees the old
+    file or the new one, never half of one, and never the text with looser permissions."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as out:
-            out.write(new)
+            out.write(text)
         os.chmod(temp, mode)
         os.replace(temp, path)
     except BaseException:

@@ -1,8 +1,9 @@
 """The demo's wiring (``infer-top demo``): every screen on any machine — no Docker, no GPU.
 
-An embedded agent replays a real H200 NVML recording as its GPUs and runs
-simulated engines (``sim``, labelled SIMULATED everywhere); the seed's
-H100 comparison is precomputed from the simulators' profiles at start-up.
+An embedded agent replays a real H200 NVML recording as its GPUs, each GPU playing
+the part that matches the load of the simulated engines on it (``sim``, H200 profiles,
+labelled SIMULATED everywhere); the seed's H100 comparison is precomputed from the
+H100 simulators' profiles at start-up, as runs of node ``h100-sim``.
 When Docker and the rig's llama-server image are present, the real engine is
 offered too (Engines screen: kind llamacpp, runtime compose).
 
@@ -32,12 +33,15 @@ from store import Store, open_store
 
 DEMO_NODE = "h200-demo"
 LIVE_SIMS: tuple[str, ...] = (
-    "h100-llama2-7b-vllm",
-    "h100-llama2-7b-trtllm",
-    "h100-llama2-7b-lmdeploy",
-    "h100-llama3.1-8b-ollama",
-    "h100-llama2-7b-llamacpp",
+    # The node replays an H200, so its engines are the H200 profiles.
+    "h200-llama2-7b-vllm",
+    "h200-llama2-7b-trtllm",
+    "h200-llama2-7b-lmdeploy",
+    "h200-llama3.1-8b-ollama",
+    "h200-llama2-7b-llamacpp",
 )
+SEED_NODE = "h100-sim"
+"""Where the precomputed H100 comparison says it ran: simulated H100s, not the demo node."""
 BANNER = "DEMO · replayed H200 telemetry · all engines SIMULATED{real}"
 
 
@@ -148,7 +152,7 @@ async def _start_up(
         await asyncio.to_thread(
             simulate_seed_table,
             store,
-            node=DEMO_NODE,
+            node=SEED_NODE,
             start_epoch=clock() - 6 * 3600,
             progress=progress,
         )

@@ -24,32 +24,47 @@ from store.export import (
     requests_to_jsonl,
 )
 from store.models import Comparison, RunInfo
+from store.runs_formats import levels_tsv, run_json, runs_json, runs_tsv, stdout_console
 from store.store import Store, default_db_path, open_store
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    help_db = f"store file (default {default_db_path()})"
     p = sub.add_parser(
         "runs",
         help="list, show, compare and export stored load-test runs",
         description="Stored load-test runs. The store is one SQLite file: --db, else "
         "$INFER_TOP_DB, else $XDG_DATA_HOME/infer-top/infer-top.db.",
     )
-    p.add_argument(
-        "--db", type=Path, default=None, help=f"store file (default {default_db_path()})"
-    )
-    p.set_defaults(func=run, runs_command=None)
+    p.add_argument("--db", type=Path, default=None, help=help_db)
+    p.set_defaults(func=run, runs_command=None, json=False, tsv=False)
+    # --db after the action too (`runs list --db X`); SUPPRESS keeps one given before it.
+    db_after = argparse.ArgumentParser(add_help=False)
+    db_after.add_argument("--db", type=Path, default=argparse.SUPPRESS, help=help_db)
     rs = p.add_subparsers(dest="runs_command", metavar="ACTION")
 
-    ls = rs.add_parser("list", help="runs, newest first")
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        return rs.add_parser(name, help=help, parents=[db_after])
+
+    def formats(parser: argparse.ArgumentParser, what: str) -> None:
+        out = parser.add_mutually_exclusive_group()
+        out.add_argument("--json", action="store_true", help=f"{what} as JSON")
+        out.add_argument(
+            "--tsv", action="store_true", help=f"{what} as tab-separated values, a header first"
+        )
+
+    ls = action("list", "runs, newest first")
     ls.add_argument("--engine", help="only this engine kind")
     ls.add_argument("--node", help="only runs on this node")
     ls.add_argument("--status", help="running | completed | interrupted | failed")
     ls.add_argument("--limit", type=int, default=50)
+    formats(ls, "the runs")
 
-    show = rs.add_parser("show", help="one run: its settings and every load level")
+    show = action("show", "one run: its settings and every load level")
     show.add_argument("run", help="run id (a unique prefix is enough)")
+    formats(show, "the run (TSV: its load levels)")
 
-    cmp_ = rs.add_parser("compare", help="runs side by side, level by level")
+    cmp_ = action("compare", "runs side by side, level by level")
     cmp_.add_argument("runs", nargs="+", metavar="RUN")
     cmp_.add_argument(
         "--threshold",
@@ -59,18 +74,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "than this fraction (default 0.05)",
     )
 
-    ex = rs.add_parser("export", help="write a comparison (csv, json, md) or requests (jsonl)")
+    ex = action("export", "write a comparison (csv, json, md) or requests (jsonl)")
     ex.add_argument("runs", nargs="+", metavar="RUN")
     ex.add_argument("--format", choices=("csv", "json", "md", "jsonl"), default="md")
     ex.add_argument("-o", "--output", type=Path, default=None, help="file (default: stdout)")
     ex.add_argument("--detailed", action="store_true", help="md: add latency and energy columns")
 
-    rm = rs.add_parser("delete", help="delete a run with its levels and requests")
+    rm = action("delete", "delete a run with its levels and requests")
     rm.add_argument("run")
 
-    rs.add_parser("vacuum", help="compact the store file (VACUUM)")
+    action("vacuum", "compact the store file (VACUUM)")
 
-    pr = rs.add_parser("prune", help="delete old telemetry taken outside runs")
+    pr = action("prune", "delete old telemetry taken outside runs")
     pr.add_argument("--older-than", type=duration_arg, default="7d")
 
 
@@ -134,8 +149,15 @@ def _comparison_table(c: Comparison) -> Table:
     return t
 
 
-def _show(console: Console, st: Store, run_id: str) -> None:
-    r = st.get_run(run_id)
+def _show(console: Console, st: Store, args: argparse.Namespace) -> None:
+    r = st.get_run(args.run)
+    comparison = st.compare([r.run_id])
+    alerts = st.list_alerts(run_id=r.run_id)
+    warnings = token_deviations(lv.summary for lv in st.levels(r.run_id))
+    if args.json or args.tsv:
+        text = run_json(r, comparison, alerts, warnings) if args.json else levels_tsv(comparison)
+        sys.stdout.write(text)
+        return
     console.print(
         f"[bold]{escape(r.label)}[/bold]  id {escape(r.run_id)}  status {escape(_status(r))}"
     )
@@ -151,7 +173,7 @@ def _show(console: Console, st: Store, run_id: str) -> None:
     console.print(escape(f"software: {r.software_versions}"))
     if r.simulated:
         console.print("[yellow]simulated engine: figures are not measurements of real hardware")
-    for alert in st.list_alerts(run_id=r.run_id):
+    for alert in alerts:
         cleared = "active" if alert.cleared_at is None else f"cleared {_when(alert.cleared_at)}"
         console.print(
             escape(
@@ -159,8 +181,8 @@ def _show(console: Console, st: Store, run_id: str) -> None:
                 f"{_when(alert.raised_at)}, {cleared}: {alert.message}"
             )
         )
-    console.print(_comparison_table(st.compare([r.run_id])))
-    for warning in token_deviations(lv.summary for lv in st.levels(r.run_id)):
+    console.print(_comparison_table(comparison))
+    for warning in warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
@@ -201,7 +223,7 @@ def _export(st: Store, args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    console = stdout_console()
     err = Console(stderr=True)
     if args.runs_command is None:
         args.runs_command, args.engine, args.node, args.status, args.limit = (
@@ -219,14 +241,16 @@ def run(args: argparse.Namespace) -> int:
                 runs = st.list_runs(
                     engine_kind=args.engine, node=args.node, status=args.status, limit=args.limit
                 )
-                if not runs:
+                if args.json or args.tsv:
+                    sys.stdout.write(runs_json(runs) if args.json else runs_tsv(runs))
+                elif not runs:
                     console.print(
                         escape(f"no runs stored in {st.path}; `infer-top bench ...` makes one")
                     )
                 else:
                     console.print(_runs_table(runs))
             elif cmd == "show":
-                _show(console, st, args.run)
+                _show(console, st, args)
             elif cmd == "compare":
                 _compare(console, st, args)
             elif cmd == "export":

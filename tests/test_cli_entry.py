@@ -20,7 +20,7 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for command in ("tui", "demo", "bench", "engine", "sim", "runs"):
+    for command in ("tui", "demo", "bench", "engine", "sim", "runs", "alerts", "config"):
         assert f"    {command} " in out, command
 
 

@@ -12,6 +12,7 @@ ending the app: the tables beside it stay usable.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -22,6 +23,10 @@ from textual_plotext import PlotextPlot
 MIN_WIDTH_CELLS = 20
 MIN_HEIGHT_CELLS = 6
 """Below this plotext draws no readable axis: say so rather than draw noise."""
+MIN_RELATIVE_SPAN = 0.1
+"""The y axis spans at least this share of the largest value shown: plotext fits the axis
+to the data, so an idle GPU's power wobbling between 78.29 and 78.33 W filled the chart
+from top to bottom, a mountain out of 0.04 W."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,27 @@ class ChartData:
     xlog: bool = False
     """Log x axis; applied only when some series has points (plotext cannot scale nothing)."""
     ylim: tuple[float, float] | None = None
+    min_span: float = 0.0
+    """The least y range shown, in the values' unit (e.g. 50 for watts): a change smaller
+    than this looks small. ``MIN_RELATIVE_SPAN`` of the values applies as well."""
+
+    def y_range(self) -> tuple[float, float] | None:
+        """The y axis's limits: ``ylim``; else None (fit to the data) where the data spans
+        enough, else the data's middle widened to the least span (not below 0 for data that
+        is not)."""
+        if self.ylim is not None:
+            return self.ylim
+        ys = [y for s in self.series for y in s.ys if math.isfinite(y)]
+        if not ys:
+            return None
+        lo, hi = min(ys), max(ys)
+        least = max(self.min_span, MIN_RELATIVE_SPAN * max(abs(lo), abs(hi)))
+        if hi - lo >= least or least == 0:
+            return None
+        bottom = (lo + hi - least) / 2
+        if lo >= 0 > bottom:
+            bottom = 0.0
+        return bottom, bottom + least
 
 
 def series_of(label: str | None, xs: Iterable[float], ys: Iterable[float | None]) -> Series | None:
@@ -87,5 +113,6 @@ class Chart(PlotextPlot):
             plt.plot(list(s.xs), list(s.ys), label=s.label, marker="braille")
         if data.xlog and data.series:
             plt.xscale("log")
-        if data.ylim is not None:
-            plt.ylim(*data.ylim)
+        y_range = data.y_range()
+        if y_range is not None:
+            plt.ylim(*y_range)

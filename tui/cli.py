@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sim.cli",  # sim
     "store.cli",  # runs
     "control.alerts_cli",  # alerts
+    "control.config_cli",  # config
 )
 
 EPILOG = """\
@@ -39,6 +40,8 @@ examples:
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
   infer-top alerts --since 24h --json
+  infer-top config init         write a commented config file (every default), then edit it
+  infer-top config show         the config in force and the file it came from
 
 Config: $XDG_CONFIG_HOME/infer-top/config.toml   Data: $XDG_DATA_HOME/infer-top/infer-top.db
 """
@@ -74,13 +77,26 @@ def _command_names(parser: argparse.ArgumentParser) -> set[str]:
     return set()
 
 
+def _command_first(args: list[str], commands: set[str]) -> list[str]:
+    """``infer-top --db X runs list`` as ``infer-top runs list --db X``: options given before
+    the sub-command are its own (each sub-command declares the options it takes, so one
+    it does not know is refused by name)."""
+    if not args or not args[0].startswith("-") or args[0] in {"-h", "--help", "--version"}:
+        return args
+    for i, arg in enumerate(args):
+        if arg in commands:
+            return [arg, *args[i + 1 :], *args[:i]]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args_in = list(sys.argv[1:] if argv is None else argv)
+    commands = _command_names(parser)
+    args_in = _command_first(list(sys.argv[1:] if argv is None else argv), commands)
     # No sub-command means the TUI itself (registered by tui.commands as "tui"),
     # so `infer-top --config F` works like `infer-top tui --config F`.
     first = args_in[0] if args_in else None
-    if first not in _command_names(parser) and first not in {"-h", "--help", "--version"}:
+    if first not in commands and first not in {"-h", "--help", "--version"}:
         args_in = ["tui", *args_in]
     args = parser.parse_args(args_in)
     return int(args.func(args) or 0)

@@ -7,6 +7,14 @@ unit conversions and NotSupported handling as a real H200.  The recording
 10 Hz series through idle, allocation, a power-capped matmul, copies and
 release.  Several replayed GPUs play the same series shifted in time.
 
+Given the load on each GPU (:attr:`ReplayNvml.load`, the agent wires it to its engines),
+a GPU plays the part of the recording that matches it instead of the whole loop: no engine
+on it, the idle phase (~78 W, nothing allocated); an engine holding it, the idle stretch
+after the allocation (~122 W, 21 GB); an engine serving requests, the memory-bound copy
+phase (99 % util, ~410 W: decoding reads the weights and KV cache every step). A demo fleet
+whose engines idle then shows idle GPUs, not the power-capped matmul at 690 W. Its energy
+counter is the integral of the power it shows.
+
 The recording counts processes but lists none, so the process lists come from a
 second file built from NVML's documented ``nvmlProcessInfo_v3_t`` structure
 (``agents/data/h200-processes.json``, its ``about`` says so), or from one a caller
@@ -19,6 +27,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +131,46 @@ def _raise_recorded(value: Any) -> Any:
     return value
 
 
+class GpuLoad(IntEnum):
+    """What a replayed GPU is doing, from the engines on it (``agents.replay_load``)."""
+
+    EMPTY = 0
+    """No engine on it."""
+    HOLDING = 1
+    """An engine holds it (its weights and KV cache allocated) and serves nothing."""
+    BUSY = 2
+    """An engine on it is running or queueing requests."""
+
+
+def load_segments(trace: list[dict[str, Any]]) -> dict[GpuLoad, list[dict[str, Any]]] | None:
+    """The samples of the recording that show each load, or None where the recording has
+    not the phases that tell them (another trace given with --replay-trace): it then plays
+    whole, as it was recorded."""
+
+    def phase(name: str) -> list[dict[str, Any]]:
+        return [s for s in trace if s.get("phase") == name]
+
+    alloc = phase("alloc")
+    allocated = max((s["mem"]["used"] for s in alloc), default=0)
+    copy = phase("memcopy")
+    busy_mw = sorted(s["power_mw"] for s in copy if s["util"]["gpu"] >= 90)
+    median_mw = busy_mw[len(busy_mw) // 2] if busy_mw else 0
+    segments = {
+        GpuLoad.EMPTY: phase("idle"),
+        GpuLoad.HOLDING: [s for s in alloc if s["mem"]["used"] == allocated],
+        # The copy's steady part: its first samples still fall from the matmul's 690 W.
+        GpuLoad.BUSY: [
+            s
+            for s in copy
+            if s["util"]["gpu"] >= 90 and abs(s["power_mw"] - median_mw) <= 0.1 * median_mw
+        ],
+    }
+    return segments if all(segments.values()) else None
+
+
 class ReplayNvml:
-    """Plays ``trace`` at its recorded rate from ``clock()``'s start, looping."""
+    """Plays ``trace`` at its recorded rate from ``clock()``'s start, looping; with
+    :attr:`load` set, each GPU plays the segment that matches its load."""
 
     # Constants and error classes are the real library's, so ``except`` clauses match.
     NVMLError = pynvml.NVMLError
@@ -159,12 +206,34 @@ class ReplayNvml:
         self.shift = shift_samples
         self.t0 = clock()
         self.inited = False
+        self.segments = load_segments(self.trace)
+        self.load: Callable[[int], GpuLoad] | None = None
+        """The load on GPU ``index`` now; None: play the recording whole."""
+        self._energy: dict[int, tuple[float, float]] = {}
+        """Per GPU, (clock, energy in mJ) when the counter was last read, under load."""
 
     # -- position in the recording ------------------------------------------
     def position(self, index: int) -> tuple[dict[str, Any], int]:
         """(sample, completed laps) for GPU ``index`` now."""
         step = int((self.clock() - self.t0) / self.period_s) + index * self.shift
+        if self.load is not None and self.segments is not None:
+            segment = self.segments[self.load(index)]
+            return segment[step % len(segment)], step // len(segment)
         return self.trace[step % len(self.trace)], step // len(self.trace)
+
+    def _energy_mj(self, index: int) -> int:
+        if self.load is None or self.segments is None:
+            sample, laps = self.position(index)
+            # Looping must not make the counter run backwards.
+            return int(sample["energy_mj"] + laps * self.lap_energy_mj)
+        # Segments of the recording follow one another as the load changes: the
+        # counter sums the power shown instead, so energy per token stays true to it.
+        now = self.clock()
+        start = (now, float(self.trace[0]["energy_mj"]))
+        last_t, energy = self._energy.get(index, start)
+        energy += self.position(index)[0]["power_mw"] * max(now - last_t, 0.0)
+        self._energy[index] = (now, energy)
+        return int(energy)
 
     def _now(self, handle: _Handle) -> dict[str, Any]:
         if not self.inited:
@@ -211,9 +280,8 @@ class ReplayNvml:
         return int(_raise_recorded(self.static["power_limit_mw"]))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h: _Handle) -> int:
-        sample, laps = self.position(h.index)
-        # Looping must not make the counter run backwards.
-        return int(sample["energy_mj"] + laps * self.lap_energy_mj)
+        self._now(h)  # uninitialised NVML raises here as it would
+        return self._energy_mj(h.index)
 
     def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:
         return int(self._now(h)["temp_c"])

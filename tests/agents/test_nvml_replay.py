@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from agents.collectors.nvml import NVML_CLOCKS_EVENT_SW_POWER_CAP, NvmlCollector
-from agents.collectors.replay import ReplayNvml
+from agents.collectors.replay import GpuLoad, ReplayNvml
 from agents.config import AgentConfig, bundled_processes, bundled_trace
+from agents.replay_load import gpu_loads
+from agents.runtime import Deployment
+from telemetry import EngineTelemetry, GpuSample, HostSample, TelemetryFrame
 
 
 class StepClock:
@@ -203,3 +206,82 @@ async def test_real_gpu_agent_streams_frames(make_config: Callable[..., AgentCon
             if len(seqs) == 3:
                 break
         assert seqs == sorted(seqs)
+
+
+def test_under_load_each_gpu_plays_the_part_of_the_recording_that_matches_it() -> None:
+    """No engine: the idle phase; an engine holding the GPU: allocated and idle; an engine
+    serving: the memory-bound copy (decode), never the power-capped matmul at 690 W."""
+    collector, fake, clock = replay(gpus=3)
+    loads = [GpuLoad.EMPTY, GpuLoad.HOLDING, GpuLoad.BUSY]
+    fake.load = loads.__getitem__
+    collector.open()
+    seen: dict[GpuLoad, list[GpuSample]] = {load: [] for load in loads}
+    for step in range(len(fake.trace)):
+        clock.now = (step + 0.5) * fake.period_s
+        for gpu in collector.sample():
+            seen[loads[gpu.index]].append(gpu)
+    gib = 2**30
+    for gpu in seen[GpuLoad.EMPTY]:
+        assert gpu.util_pct == 0 and gpu.power_w is not None and gpu.power_w < 115
+        assert gpu.mem_used_bytes is not None and gpu.mem_used_bytes < gib
+    for gpu in seen[GpuLoad.HOLDING]:
+        assert gpu.util_pct is not None and gpu.util_pct <= 5
+        assert gpu.power_w is not None and gpu.power_w < 130
+        assert gpu.mem_used_bytes is not None and gpu.mem_used_bytes > 20 * gib
+    for gpu in seen[GpuLoad.BUSY]:
+        assert gpu.util_pct is not None and gpu.util_pct >= 90
+        assert gpu.power_w is not None and 350 < gpu.power_w < 500
+
+
+def test_under_load_the_energy_counter_sums_the_power_shown() -> None:
+    collector, fake, clock = replay()
+    load = [GpuLoad.EMPTY]
+    fake.load = lambda index: load[0]
+    collector.open()
+    (first,) = collector.sample()
+    expected_j, last_j = 0.0, first.energy_j
+    for i, phase in enumerate([GpuLoad.BUSY, GpuLoad.EMPTY, GpuLoad.HOLDING, GpuLoad.BUSY] * 5):
+        load[0] = phase
+        clock.now += 1.0
+        (gpu,) = collector.sample()
+        assert gpu.energy_j is not None and last_j is not None and gpu.energy_j >= last_j, i
+        expected_j += gpu.power_w or 0.0  # one second at the power shown
+        last_j = gpu.energy_j
+    assert last_j - first.energy_j == pytest.approx(expected_j, rel=0.01)
+
+
+def test_a_gpus_load_is_the_heaviest_of_the_engines_on_it() -> None:
+    def dep(id: str, gpus: tuple[int, ...], state: str = "ready") -> Deployment:
+        return Deployment(id=id, kind="vllm", runtime="sim", config={}, gpu_ids=gpus, state=state)
+
+    def engine(id: str, running: float | None, waiting: float | None = 0) -> EngineTelemetry:
+        return EngineTelemetry(
+            id=id,
+            kind="vllm",
+            state="ready",
+            health="healthy",
+            requests_running=running,
+            requests_waiting=waiting,
+        )
+
+    deployments = [
+        dep("idle", (0, 1)),
+        dep("busy", (1,)),
+        dep("queued", (2,)),
+        dep("loading", (3,), state="loading"),
+        dep("crashed", (4,), state="crashed"),
+    ]
+    frame = TelemetryFrame(
+        node="n",
+        seq=1,
+        ts=0.0,
+        host=HostSample(),
+        engines=(engine("idle", 0), engine("busy", 3), engine("queued", 0, waiting=2)),
+    )
+    assert gpu_loads(deployments, frame) == {
+        0: GpuLoad.HOLDING,
+        1: GpuLoad.BUSY,
+        2: GpuLoad.BUSY,
+        3: GpuLoad.HOLDING,  # no frame of it yet: it holds its memory, serves nothing
+    }
+    assert gpu_loads(deployments, None)[1] is GpuLoad.HOLDING

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -238,6 +239,7 @@ def test_infer_top_alerts_lists_the_store_headless(store: Store, tmp_path: Path)
             cwd=ROOT,
             timeout=60,
             check=True,
+            env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
         )
 
     (listed,) = json.loads(cli("--json").stdout)
@@ -249,6 +251,9 @@ def test_infer_top_alerts_lists_the_store_headless(store: Store, tmp_path: Path)
     assert json.loads(cli("--json", "--since", "10m").stdout) != []  # active: always listed
     table = cli().stdout
     assert "power throttled" in table and "ACTIVE" in table and "SwPowerCap" in table
+    # Piped, a row is one line with every column whole, not squeezed into 80 columns.
+    row = next(line for line in table.splitlines() if "ACTIVE" in line)
+    assert "power throttled" in row and "h200-0" in row and "…" not in table, table
 
 
 async def test_a_run_over_the_failure_threshold_raises_the_run_alert_linked_in_its_record(

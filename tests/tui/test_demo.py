@@ -3,10 +3,28 @@ the simulated seed comparison — computed once per kept store."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from control.demo import DEMO_NODE, LIVE_SIMS, DemoOptions, RealEngine, demo_banner, demo_services
+import aiohttp
+
+from agents.config import bundled_trace
+from control.demo import (
+    DEMO_NODE,
+    LIVE_SIMS,
+    SEED_NODE,
+    DemoOptions,
+    RealEngine,
+    demo_banner,
+    demo_services,
+)
+from control.demo_runs import SEED_PROFILES
+from sim import load_profile
+from telemetry import GpuSample, TelemetryFrame
 from tests.waiting import apoll_until
 
 
@@ -63,3 +81,108 @@ def test_the_banner_says_in_words_how_to_start_the_real_engine() -> None:
     assert f"real llama.cpp available (image {image})" in banner
     assert "press 3, model /models/tiny.gguf, s to start it" in banner
     assert "(" not in demo_banner(None) and "SIMULATED" in demo_banner(None)
+
+
+IDLE_UTIL_PCT, IDLE_POWER_W = 5.0, 150.0
+BUSY_UTIL_PCT, BUSY_POWER_W = 90.0, 300.0
+
+
+def idle(gpu: GpuSample) -> bool:
+    return (gpu.util_pct or 0) <= IDLE_UTIL_PCT and (gpu.power_w or 0) < IDLE_POWER_W
+
+
+def busy(gpu: GpuSample) -> bool:
+    return (gpu.util_pct or 0) >= BUSY_UTIL_PCT and (gpu.power_w or 0) >= BUSY_POWER_W
+
+
+@asynccontextmanager
+async def streams(url: str, model: str, concurrency: int) -> AsyncIterator[list[int]]:
+    """``concurrency`` clients sending chat streams one after another until the block ends;
+    yields the count of finished streams."""
+    done = [0]
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "tell a long story"}],
+            "max_tokens": 256,
+            "stream": True,
+        }
+        while True:
+            async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                async for _ in resp.content:
+                    pass
+            done[0] += 1
+
+    async with aiohttp.ClientSession() as session:
+        tasks = [asyncio.create_task(client(session)) for _ in range(concurrency)]
+        try:
+            yield done
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_the_demos_replayed_gpus_idle_with_its_engines_and_work_under_load(
+    tmp_path: Path,
+) -> None:
+    """Not 99 % at 690 W on an idle fleet: each replayed GPU plays the part of the H200
+    recording that matches what the simulated engines on it do."""
+    gpus = 8
+    async with demo_services(DemoOptions(gpus=gpus, db=tmp_path / "demo.db", runs=False)) as (
+        _,
+        services,
+    ):
+        await start_up(services)
+        (node,) = services.nodes
+        client: Any = node.client
+        engines = await apoll_until(
+            client.engines,
+            "every live simulator to be healthy",
+            done=lambda engines: (
+                len(engines) == len(LIVE_SIMS) and all(e.health == "healthy" for e in engines)
+            ),
+        )
+        held = {i for e in engines for i in e.gpu_ids}
+        assert held == set(range(len(LIVE_SIMS)))  # GPUs 5-7 run nothing
+
+        def memory_gib(frame: TelemetryFrame) -> dict[int, float]:
+            return {g.index: (g.mem_used_bytes or 0) / 2**30 for g in frame.gpus}
+
+        frame = await apoll_until(
+            client.snapshot,
+            "a frame of the idle fleet, its engines' GPUs holding memory",
+            done=lambda f: len(f.gpus) == gpus and all(memory_gib(f)[i] > 10 for i in held),
+        )
+        assert all(idle(g) for g in frame.gpus), frame.gpus
+        assert all(memory_gib(frame)[i] < 1 for i in set(range(gpus)) - held), frame.gpus
+
+        vllm = next(e for e in engines if e.kind == "vllm")
+        (loaded,) = vllm.gpu_ids
+        model = load_profile(vllm.config["profile"]).model
+        async with streams(vllm.url, model, concurrency=8) as finished:
+            frame = await apoll_until(
+                client.snapshot,
+                f"GPU {loaded} to show the load of the vLLM simulator on it",
+                done=lambda f: busy(f.gpus[loaded]),
+            )
+            assert all(idle(g) for g in frame.gpus if g.index != loaded), frame.gpus
+        assert finished[0] > 0
+        await apoll_until(
+            client.snapshot,
+            f"GPU {loaded} to idle again once its engine has no request",
+            done=lambda f: idle(f.gpus[loaded]),
+        )
+
+
+def test_the_demo_node_and_its_engines_name_one_gpu() -> None:
+    """The replayed GPU is an H200, so the live simulators are H200 profiles; the seed's
+    H100 comparison says it ran on simulated H100s, not on the demo node."""
+    static = json.loads(bundled_trace().read_text())["static"]
+    assert static["name"] == "NVIDIA H200" and DEMO_NODE.startswith("h200")
+    for name in LIVE_SIMS:
+        profile = load_profile(name)
+        assert name.startswith("h200-") and profile.hardware.startswith("H200"), name
+    assert SEED_NODE.startswith("h100") and all(p.startswith("h100-") for p in SEED_PROFILES)

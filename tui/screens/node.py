@@ -33,17 +33,21 @@ from tui.widgets import (
 )
 
 GpuField = Callable[[GpuHistory], Sequence[float | None]]
-CHARTS: tuple[tuple[str, str, GpuField, float | None], ...] = (
-    # id, title, the GpuHistory field, y max
-    ("util", "GPU util %", lambda h: h.util_pct, 100.0),
-    ("mem", "memory used %", lambda h: h.mem_pct, 100.0),
-    ("power", "power W", lambda h: h.power_w, None),
-    ("temp", "temperature °C", lambda h: h.temp_c, None),
+CHARTS: tuple[tuple[str, str, GpuField, float | None, float], ...] = (
+    # id, title, the GpuHistory field, y max, least y span (a flat line looks flat)
+    ("util", "GPU util %", lambda h: h.util_pct, 100.0, 0.0),
+    ("mem", "memory used %", lambda h: h.mem_pct, 100.0, 0.0),
+    ("power", "power W", lambda h: h.power_w, None, 50.0),
+    ("temp", "temperature °C", lambda h: h.temp_c, None, 10.0),
 )
 
 
 def chart_data(
-    title: str, field: GpuField, ymax: float | None, histories: dict[int, GpuHistory]
+    title: str,
+    field: GpuField,
+    ymax: float | None,
+    histories: dict[int, GpuHistory],
+    min_span: float = 0.0,
 ) -> ChartData:
     """One GPU field over time, one series per GPU, x in seconds before the newest frame."""
     newest = max((h.ts[-1] for h in histories.values() if h.ts), default=None)
@@ -57,6 +61,7 @@ def chart_data(
         tuple(s for s in series if s is not None),
         xlabel="seconds before the newest frame",
         ylim=None if ymax is None else (0.0, ymax),
+        min_span=min_span,
     )
 
 
@@ -146,9 +151,9 @@ class NodeScreen(BaseScreen):
             shown = ", ".join(f"{a.title} ({a.target or 'node'})" for a in found[:3])
             state += f" {ALERT_GLYPH} {len(found)} alert{'s' if len(found) > 1 else ''}: {shown}"
         title.update(f"{label}  {state}".rstrip())
-        for chart_id, chart_title, field, ymax in CHARTS:
+        for chart_id, chart_title, field, ymax, min_span in CHARTS:
             self.query_one(f"#chart-{chart_id}", Chart).show(
-                chart_data(chart_title, field, ymax, node.gpu_history)
+                chart_data(chart_title, field, ymax, node.gpu_history, min_span)
             )
         rows = [
             (key, mark_row(cells, marks.get(f"engine {key.split('/', 1)[1]}", [])))
