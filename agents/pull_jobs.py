@@ -188,7 +188,10 @@ class Pulls:
         try:
             async with aiohttp.ClientSession() as session:
                 async for step in pull_progress(session, url, model):
-                    job.progress(step.completed_bytes or 0, step.total_bytes, step.text())
+                    if step.total_bytes is None:  # "verifying sha256 digest": no counts
+                        job.progress(job.info.done_bytes, message=step.text())
+                    else:
+                        job.progress(step.completed_bytes or 0, step.total_bytes, step.text())
         except PullFailed as exc:
             job.finish("failed", f"pulling {model} failed: {exc}")
         except asyncio.CancelledError:
