@@ -16,6 +16,7 @@ import pytest
 from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
+from sim.ollama_pull import LAYER_BYTES as SIM_LAYER_BYTES
 from tests.agents.standin_ollama import LAYER_BYTES
 from tests.agents.test_engine_faults import engine_where, engines_killed_afterwards
 
@@ -130,3 +131,17 @@ async def test_models_pull_fetches_an_ollama_tag_through_the_running_engine(
         assert any(s.done_bytes == LAYER_BYTES for s in seen)
         assert (store / "tinyllama:1.1b").read_text() == "pulled"
         await client.stop(engine.id)
+
+
+async def test_models_pull_through_a_simulated_ollama(agent: tuple[str, AgentClient]) -> None:
+    _, client = agent
+    engine = await client.start("sim", {"profile": "h100-llama3.1-8b-ollama", "time_scale": 0.01})
+    assert engine.kind == "ollama" and engine.state == "ready", engine.message
+    pull = await client.pull_model("qwen2.5:0.5b", engine="ollama")
+    async with asyncio.timeout(60):
+        seen = [step async for step in client.follow_pull(pull.id)]
+    final = seen[-1]
+    assert final.state == "done", final.message
+    assert final.total_bytes == final.done_bytes == SIM_LAYER_BYTES
+    assert final.message == f"qwen2.5:0.5b is in the Ollama engine {engine.id}'s store"
+    await client.stop(engine.id)
