@@ -52,18 +52,19 @@ class HubPlan:
 
 
 def pull_cache(config: AgentConfig) -> Path:
-    """Where pulled models go: the first ``--cache-dir`` (its ``hub/`` folder, as
-    ``HF_HOME`` keeps it, unless it is a hub folder itself), else the engines'
-    ``infer-top-hf-cache`` volume; ManagerError when the node has neither."""
+    """Where pulled models go: the engines' ``infer-top-hf-cache`` volume where Docker
+    has it (the Compose engines read their models there), else the first
+    ``--cache-dir`` (its ``hub/`` folder, as ``HF_HOME`` keeps it, unless it is a hub
+    folder itself); ManagerError when the node has neither."""
+    if HF_CACHE_VOLUME in config.cache_volumes:
+        volumes, _ = volume_mountpoints([HF_CACHE_VOLUME])
+        if volumes:
+            return volumes[0] / "hub"
     for root in config.cache_dirs:
         root = root.expanduser().resolve()
         if root.name == "hub" or any(root.glob("models--*")):
             return root
         return root / "hub"
-    if HF_CACHE_VOLUME in config.cache_volumes:
-        volumes, _ = volume_mountpoints([HF_CACHE_VOLUME])
-        if volumes:
-            return volumes[0] / "hub"
     raise ManagerError(
         409,
         f"node {config.node_name} has no Hugging Face cache to pull into: start its agent "

@@ -40,8 +40,8 @@ A model is listed from the Hugging Face caches (the engines' cache volume and --
 the GGUF files and saved models under the agent's --model-dir, and Ollama's store.
 rm deletes exactly the model named (a name, or its path where two share a name) and is
 refused while an engine on the node runs it.
-pull fetches into the node's Hugging Face cache (the agent's first --cache-dir, else the
-engines' infer-top-hf-cache volume) only the files --engine loads, after the hub said
+pull fetches into the node's Hugging Face cache (the engines' infer-top-hf-cache volume,
+else the agent's first --cache-dir) only the files --engine loads, after the hub said
 their sizes and the disk has room; a gated model takes your token from $HF_TOKEN.
 Ctrl-C cancels it on the node (files already complete are kept for the next pull).
 

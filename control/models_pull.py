@@ -5,29 +5,15 @@ node."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import os
 import sys
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-
 from agents.client import AgentClient
-from agents.protocol import ModelPull, to_dict
+from agents.protocol import to_dict
 from control.config import NodeConfig
 from control.engine_cli import run_node_command
 from control.engine_output import EXIT_FAILED, EXIT_OK, print_json
+from control.model_fetch import follow, hub_token
 from engines.model_files import size_text
-
-CANCEL_TIMEOUT_S = 15.0
 
 
 def add_parser(
@@ -68,15 +54,9 @@ def run_pull(args: argparse.Namespace) -> int:
             revision=revision,
             engine=args.engine,
             quant=args.quant,
-            hub_token=os.environ.get(args.hub_token_env) or None,
+            hub_token=hub_token(args.hub_token_env),
         )
-        try:
-            final = await follow(client, pull, quiet=args.json)
-        except asyncio.CancelledError:  # Ctrl-C: the pull stops on the node too
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.cancel_pull(pull.id), CANCEL_TIMEOUT_S)
-            print(f"pull {pull.id} of {pull.model} cancelled on node {node.name}", file=sys.stderr)
-            raise
+        final = await follow(client, pull, quiet=args.json)  # Ctrl-C cancels it on the node
         if args.json:
             print_json({"ok": final.state == "done", "node": node.name, "pull": to_dict(final)})
         elif final.state == "done":
@@ -89,29 +69,3 @@ def run_pull(args: argparse.Namespace) -> int:
         return EXIT_OK if final.state == "done" else EXIT_FAILED
 
     return run_node_command(args, "pull", command, program="models")
-
-
-async def follow(client: AgentClient, pull: ModelPull, *, quiet: bool) -> ModelPull:
-    """The pull's progress on a bar (stderr) until its final state, which it returns."""
-    last = pull
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[note]}"),
-        disable=quiet,
-        console=Console(stderr=True),  # stdout stays the result's (--json)
-    ) as bar:
-        task = bar.add_task(pull.model, total=pull.total_bytes, rate="", note=pull.message)
-        async for last in client.follow_pull(pull.id):
-            _show(bar, task, last)
-    return last
-
-
-def _show(bar: Progress, task: TaskID, pull: ModelPull) -> None:
-    """The agent's own figures: its bytes on the node and its rate."""
-    note = pull.message if pull.source == "ollama" and not pull.final else ""
-    rate = "" if pull.rate_bytes_per_s is None else f"{size_text(int(pull.rate_bytes_per_s))}/s"
-    bar.update(task, total=pull.total_bytes, completed=pull.done_bytes, rate=rate, note=note)

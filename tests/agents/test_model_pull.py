@@ -272,3 +272,41 @@ async def test_the_hubs_refusals_reach_the_operator_in_its_words(
         # the token went to the hub, never into the agent's audit log
         audit = (tmp_path / "state" / "audit.log").read_text()
         assert "model-pull" in audit and HUB_TOKEN not in audit
+
+
+async def test_a_start_whose_model_is_not_on_the_node_says_so_and_pulls_it_on_request(
+    make_config: Callable[..., AgentConfig],
+    hub_cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model, _ = rig_hf_model()
+    hub = HubStandin({REPO: HubRepo(tiny_repo(model), commit=COMMIT)})
+    async with pulling_agent(make_config, hub, hub_cache, monkeypatch) as (url, client):
+        cfg = str(write_node_config(tmp_path / "c.toml", url, tmp_path / "token"))
+        # a simulated vLLM stands for the engine: the check is the operator's side's
+        start = ("engine", "start", "vllm", "--model", REPO, "--config", cfg, "--runtime", "sim",
+                 "--set", "profile=h100-llama2-7b-vllm", "--set", "time_scale=0.01")  # fmt: skip
+        code, _, err = await cli(capsys, *start)
+        assert code == 4
+        assert f"model {REPO} is not on node testnode: pull it first" in err
+        assert f"infer-top models pull {REPO} --node <node> --engine vllm" in err
+        assert not await client.engines() and not hub.requests  # nothing started or fetched
+
+        code, out, err = await cli(capsys, *start, "--pull")
+        assert code == 0, err
+        assert "2.3/2.3 MB" in err  # the pull's progress bar
+        assert "healthy" in out
+        (engine,) = await client.engines()
+        found = await client.models()
+        assert [m.name for m in found.models if m.source == "hf-cache"] == [REPO]
+
+        # there now: a start asks nothing more
+        gets = len(hub.requests)
+        code, _, err = await cli(capsys, *start)
+        assert code == 0, err
+        assert len(hub.requests) == gets
+        for e in await client.engines():
+            await client.stop(e.id)
+        assert engine.kind == "vllm"
