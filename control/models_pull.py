@@ -64,6 +64,9 @@ def run_pull(args: argparse.Namespace) -> int:
                 f"{final.model}: {size_text(final.total_bytes or 0)} on node {node.name} "
                 f"({final.path or final.message}); infer-top models ls --node {node.name}"
             )
+            ggufs = [f for f in final.files if f.endswith(".gguf")]
+            if ggufs and final.path:  # llama.cpp names the file, not the repo
+                print(f"its GGUF file on the node: {final.path}/{ggufs[0]}")
         else:
             print(f"infer-top models pull: {final.message}", file=sys.stderr)
         return EXIT_OK if final.state == "done" else EXIT_FAILED

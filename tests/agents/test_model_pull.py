@@ -26,6 +26,7 @@ from tests.hub_standin import HubRepo, HubStandin, serve_hub
 from tests.local_models import rig_hf_model
 from tests.waiting import apoll_until
 
+from .test_engine_faults import engines_killed_afterwards
 from .test_models_inventory import by_name, cli, write_node_config
 
 REPO = "infer-top/tiny-llama"
@@ -58,15 +59,16 @@ async def pulling_agent(
     hub: HubStandin,
     cache: Path,
     monkeypatch: pytest.MonkeyPatch,
+    **config: object,
 ) -> AsyncIterator[tuple[str, AgentClient]]:
-    """The hub stand-in and a real agent whose --cache-dir is ``cache``, its
-    huggingface_hub (and its workers') pointed at the stand-in."""
+    """The hub stand-in and a real agent whose --cache-dir is ``cache`` (and ``config``),
+    its huggingface_hub (and its workers') pointed at the stand-in."""
     async with serve_hub(hub):
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.delenv("HF_TOKEN", raising=False)
         monkeypatch.setenv("HF_HOME", str(cache.parent / "hf-home"))  # no stored token
-        config = make_config(cache_dirs=(cache,), cache_volumes=())
-        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        agent = make_config(cache_dirs=(cache,), cache_volumes=(), **config)
+        async with embedded_agent(agent) as (url, token), AgentClient(url, token) as client:
             yield url, client
 
 
@@ -127,7 +129,7 @@ async def test_a_pull_fetches_only_the_engines_files_with_progress_and_ls_lists_
         assert not [r for r in hub.requests[gets:] if r[0] == "GET"]
 
 
-async def test_the_cli_pulls_one_gguf_quantisation_with_a_progress_bar(
+async def test_the_cli_pulls_one_gguf_quantisation_which_then_serves_on_llama_server(
     rig: object,
     make_config: Callable[..., AgentConfig],
     hub_cache: Path,
@@ -136,23 +138,36 @@ async def test_the_cli_pulls_one_gguf_quantisation_with_a_progress_bar(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     tiny = await asyncio.to_thread(Path(rig.tiny_model).read_bytes)  # type: ignore[attr-defined]
+    binary: Path = rig.llama_server_bin  # type: ignore[attr-defined]
     files = {"tiny-Q8_0.gguf": tiny, "tiny-F16.gguf": tiny + b"\0" * 10, "README.md": b"#\n"}
     hub = HubStandin({"org/tiny-GGUF": HubRepo(files)})
-    async with pulling_agent(make_config, hub, hub_cache, monkeypatch) as (url, _):
-        cfg = str(write_node_config(tmp_path / "c.toml", url, tmp_path / "token"))
-        args = ("models", "pull", "org/tiny-GGUF", "--engine", "llamacpp", "--config", cfg)
-        code, _, err = await cli(capsys, *args)
-        assert code == 4
-        assert "2 GGUF files" in err and "tiny-F16.gguf" in err and "--quant" in err
-        assert not hub.requests
+    # the cache is also a model directory: a native llama.cpp may open its files
+    native = {"native_binaries": {"llamacpp": binary}, "model_dirs": (hub_cache,)}
+    with engines_killed_afterwards(tmp_path / "state", str(binary)):
+        async with pulling_agent(make_config, hub, hub_cache, monkeypatch, **native) as (
+            url,
+            client,
+        ):
+            cfg = str(write_node_config(tmp_path / "c.toml", url, tmp_path / "token"))
+            args = ("models", "pull", "org/tiny-GGUF", "--engine", "llamacpp", "--config", cfg)
+            code, _, err = await cli(capsys, *args)
+            assert code == 4
+            assert "2 GGUF files" in err and "tiny-F16.gguf" in err and "--quant" in err
+            assert not hub.requests
 
-        code, out, err = await cli(capsys, *args, "--quant", "q8_0")
-        assert code == 0, err
-        assert "org/tiny-GGUF: 7.5 MiB on node n1" in out
-        assert "7.9/7.9 MB" in err  # the progress bar's bytes (decimal units), on stderr
-        code, out, _ = await cli(capsys, "models", "ls", "--config", cfg)
-        assert "org/tiny-GGUF" in out and "gguf" in out
-        assert {f for m, f, _ in hub.requests if m == "GET"} == {"tiny-Q8_0.gguf"}
+            code, out, err = await cli(capsys, *args, "--quant", "q8_0")
+            assert code == 0, err
+            assert "org/tiny-GGUF: 7.5 MiB on node n1" in out
+            assert "7.9/7.9 MB" in err  # the progress bar's bytes (decimal units), on stderr
+            assert {f for m, f, _ in hub.requests if m == "GET"} == {"tiny-Q8_0.gguf"}
+            code, listed, _ = await cli(capsys, "models", "ls", "--config", cfg)
+            assert "org/tiny-GGUF" in listed and "gguf" in listed
+
+            gguf = out.split("its GGUF file on the node: ")[1].strip()
+            launch = {"model": gguf, "context_len": 256}
+            engine = await client.start("llamacpp", launch, runtime="process")
+            assert engine.health == "healthy", engine.message
+            await client.stop(engine.id)
 
 
 async def test_a_connection_dropped_mid_file_resumes_with_a_range_request(
