@@ -90,6 +90,7 @@ def plan_pull(
 ) -> HubPlan:
     """Ask the hub what to fetch and check it fits (blocking: run it in a thread);
     ManagerError in words for anything that stops the pull before it starts."""
+    import httpx2
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -129,8 +130,10 @@ def plan_pull(
         ) from None
     except HfHubHTTPError as exc:
         raise ManagerError(502, f"the hub refused {where}: {hub_words(exc)}") from None
-    except OSError as exc:  # httpx's connection errors are OSErrors' kin: both end here
-        raise ManagerError(502, f"the hub at {api.endpoint} did not answer: {exc}") from None
+    except (httpx2.HTTPError, OSError) as exc:  # huggingface_hub's transport's, a socket's
+        raise ManagerError(
+            502, f"the hub at {api.endpoint} did not answer: {type(exc).__name__}: {exc}"
+        ) from None
     present = sum(
         f.size_bytes
         for f in files

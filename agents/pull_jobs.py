@@ -20,6 +20,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncGenerator, Coroutine
 from dataclasses import replace
+from typing import Any
 
 import aiohttp
 
@@ -37,6 +38,8 @@ RATE_WINDOW_S = 3.0
 KEEPALIVE_S = 5.0
 STOP_GRACE_S = 5.0
 ERROR_CHARS = 400
+KEPT_ENDED = 50
+"""Ended pulls listed (``GET /v1/models-inventory/pulls``) before the oldest go."""
 
 
 class PullJob:
@@ -79,6 +82,9 @@ class Pulls:
         self.jobs: dict[str, PullJob] = {}
 
     def _begin(self, info: ModelPull) -> PullJob:
+        ended = [i for i, j in self.jobs.items() if j.info.final]
+        for pull_id in ended[: max(0, len(ended) - KEPT_ENDED)]:  # oldest first
+            del self.jobs[pull_id]
         job = PullJob(info)
         self.jobs[info.id] = job
         return job
@@ -88,7 +94,7 @@ class Pulls:
             if job.info.model == model and not job.info.final:
                 raise ManagerError(409, f"{model} is being pulled already (pull {job.info.id})")
 
-    def _new(self, source: str, model: str, **facts: object) -> ModelPull:
+    def _new(self, source: str, model: str, **facts: Any) -> ModelPull:
         return ModelPull(
             id=uuid.uuid4().hex[:12],
             node=self.config.node_name,
@@ -96,7 +102,7 @@ class Pulls:
             model=model,
             state="pulling",
             started_at=time.time(),
-            **facts,  # type: ignore[arg-type]
+            **facts,
         )
 
     async def start_hf(

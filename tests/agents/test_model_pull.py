@@ -24,6 +24,7 @@ from agents.embedded import embedded_agent
 from agents.protocol import ModelPull
 from tests.hub_standin import HubRepo, HubStandin, serve_hub
 from tests.local_models import rig_hf_model
+from tests.ports import free_port
 from tests.waiting import apoll_until
 
 from .test_engine_faults import engines_killed_afterwards
@@ -264,7 +265,7 @@ async def test_the_hubs_refusals_reach_the_operator_in_its_words(
 ) -> None:
     files = {"config.json": b"{}", "model.safetensors": b"\3" * 1000}
     hub = HubStandin({"org/gated": HubRepo(files, token=HUB_TOKEN)})
-    async with pulling_agent(make_config, hub, hub_cache, monkeypatch) as (url, _):
+    async with pulling_agent(make_config, hub, hub_cache, monkeypatch) as (url, client):
         cfg = str(write_node_config(tmp_path / "c.toml", url, tmp_path / "token"))
         monkeypatch.setenv("HF_TOKEN", "hf_not_the_right_one")
         code, _, err = await cli(capsys, "models", "pull", "org/gated", "--config", cfg)
@@ -287,6 +288,13 @@ async def test_the_hubs_refusals_reach_the_operator_in_its_words(
         # the token went to the hub, never into the agent's audit log
         audit = (tmp_path / "state" / "audit.log").read_text()
         assert "model-pull" in audit and HUB_TOKEN not in audit
+
+        nobody = f"http://127.0.0.1:{free_port()}"  # a hub that does not answer
+        monkeypatch.setenv("HF_ENDPOINT", nobody)
+        with pytest.raises(AgentError) as silent:
+            await client.pull_model("org/other")
+        assert silent.value.status == 502
+        assert f"the hub at {nobody} did not answer: ConnectError" in silent.value.message
 
 
 async def test_a_start_whose_model_is_not_on_the_node_says_so_and_pulls_it_on_request(
