@@ -180,6 +180,11 @@ class AgentClient:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise AgentError(0, f"model pull {pull_id} on {self.base_url} broke: {exc!r}") from exc
 
+    async def pulls(self) -> list[ModelPull]:
+        """The node's model pulls: those running and the last ones ended."""
+        data = await self._request("GET", "/v1/models-inventory/pulls")
+        return [model_pull_from_dict(p) for p in data["pulls"]]
+
     async def cancel_pull(self, pull_id: str) -> ModelPull:
         data = await self._request("POST", f"/v1/models-inventory/pulls/{pull_id}/cancel")
         return model_pull_from_dict(data)

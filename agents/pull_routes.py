@@ -15,7 +15,7 @@ from agents.manager import ManagerError
 from agents.protocol import to_dict
 from agents.pull_jobs import Pulls
 from agents.routes import AUDIT_DETAILS, audited, json_response, read_body
-from engines.hub_files import parse_ref
+from engines.hub_files import check_revision, parse_ref
 
 PULLS = web.AppKey("pulls", Pulls)
 PULL_FIELDS: dict[str, type] = {
@@ -44,14 +44,13 @@ async def start_pull(request: web.Request) -> web.StreamResponse:
     else:
         try:
             repo, revision = parse_ref(model)
+            revision = check_revision(body["revision"]) if body.get("revision") else revision
         except ValueError as exc:
             raise ManagerError(400, str(exc)) from None
         weights = get_spec(engine).weights_format if engine else None  # unknown: a 400
         if weights is None:
             weights = "gguf" if body.get("quant") else "safetensors"
-        info = await pulls.start_hf(
-            repo, body.get("revision") or revision, weights, body.get("quant"), body.get("token")
-        )
+        info = await pulls.start_hf(repo, revision, weights, body.get("quant"), body.get("token"))
     request[AUDIT_DETAILS]["pull"] = info.id
     return json_response(to_dict(info), status=202)
 

@@ -39,9 +39,15 @@ def parse_ref(ref: str) -> tuple[str, str | None]:
     parts = repo.split("/")
     if len(parts) != 2 or not all(re.fullmatch(r"[\w.-]+", p) and ".." not in p for p in parts):
         raise ValueError(f"{ref!r} is no Hugging Face repo id: give ORG/NAME[:REVISION]")
-    if revision and (".." in revision or not re.fullmatch(r"[\w./-]+", revision)):
-        raise ValueError(f"{ref!r}: a revision is a branch, tag or commit")
-    return repo, revision or None
+    return repo, check_revision(revision) if revision else None
+
+
+def check_revision(revision: str) -> str:
+    """A branch, tag or commit; ValueError for anything else (it names a file under the
+    cache's ``refs/``)."""
+    if ".." in revision or revision.startswith("/") or not re.fullmatch(r"[\w./-]+", revision):
+        raise ValueError(f"{revision!r} is no revision: give a branch, tag or commit")
+    return revision
 
 
 def choose_files(

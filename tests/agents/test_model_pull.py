@@ -22,6 +22,7 @@ from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.protocol import ModelPull
+from control.model_fetch import follow
 from tests.hub_standin import HubRepo, HubStandin, serve_hub
 from tests.local_models import rig_hf_model
 from tests.ports import free_port
@@ -281,6 +282,9 @@ async def test_the_hubs_refusals_reach_the_operator_in_its_words(
         assert code == 4 and "org/gated has no revision 'v9'" in err
         code, _, err = await cli(capsys, "models", "pull", "../etc", "--config", cfg)
         assert code == 4 and "no Hugging Face repo id" in err
+        with pytest.raises(AgentError) as outside:  # a revision names a file under refs/
+            await client.pull_model("org/gated", revision="../../../escape")
+        assert outside.value.status == 400 and "is no revision" in outside.value.message
 
         monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
         code, _, err = await cli(capsys, "models", "pull", "org/gated", "--config", cfg)
@@ -333,3 +337,23 @@ async def test_a_start_whose_model_is_not_on_the_node_says_so_and_pulls_it_on_re
         for e in await client.engines():
             await client.stop(e.id)
         assert engine.kind == "vllm"
+
+
+async def test_a_follower_that_leaves_cancels_the_pull_on_the_node(
+    make_config: Callable[..., AgentConfig],
+    hub_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What Ctrl-C does to ``models pull`` (asyncio.run cancels its task) and leaving the
+    Engines screen to its "pull and start"."""
+    files = {"config.json": b"{}", "model.safetensors": b"\4" * (4 * 1024 * 1024)}
+    hub = HubStandin({"org/left": HubRepo(files)}, rate_bytes_per_s=256 * 1024)
+    async with pulling_agent(make_config, hub, hub_cache, monkeypatch) as (_, client):
+        pull = await client.pull_model("org/left")
+        following = asyncio.create_task(follow(client, pull, quiet=True))
+        await apoll_until(lambda: hub.sent_bytes > 0, "the weights to start flowing")
+        following.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await following
+        (listed,) = await client.pulls()
+        assert (listed.id, listed.state) == (pull.id, "cancelled")

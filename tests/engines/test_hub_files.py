@@ -54,6 +54,6 @@ def test_one_gguf_quantisation_with_a_split_files_parts_together() -> None:
 def test_repo_references() -> None:
     assert parse_ref("Qwen/Qwen2.5-7B-Instruct") == ("Qwen/Qwen2.5-7B-Instruct", None)
     assert parse_ref("org/m:refs/pr/1") == ("org/m", "refs/pr/1")
-    for bad in ("../etc", "org/..", "noslash", "a/b/c", "org/m:../x", "/abs/path"):
+    for bad in ("../etc", "org/..", "noslash", "a/b/c", "org/m:../x", "org/m:/x", "/abs/path"):
         with pytest.raises(ValueError):
             parse_ref(bad)
