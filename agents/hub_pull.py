@@ -174,10 +174,21 @@ def partial_files(plan: HubPlan) -> set[Path]:
     return set((plan.repo_dir / "blobs").glob("*.incomplete"))
 
 
+WORKER_ENV = (
+    "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+)  # fmt: skip
+"""The agent's variables a pull's worker inherits, beside huggingface_hub's own (``HF_*``):
+what reaching the hub takes, never the agent's token."""
+
+
 def worker_env(token: str | None) -> dict[str, str]:
-    """The worker's environment: the agent's (``HF_ENDPOINT``, proxies), the operator's
-    token where one came, no progress bars."""
-    env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    """The worker's environment: the agent's hub settings (``HF_ENDPOINT``, proxies), the
+    operator's token where one came, no progress bars."""
+    env = {k: v for k, v in os.environ.items() if k in WORKER_ENV or k.startswith("HF_")}
+    env["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     if token:
         env["HF_TOKEN"] = token
     return env

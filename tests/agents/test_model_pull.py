@@ -21,6 +21,7 @@ import pytest
 from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
+from agents.hub_pull import worker_env
 from agents.protocol import ModelPull
 from control.model_fetch import follow
 from tests.hub_standin import HubRepo, HubStandin, serve_hub
@@ -357,3 +358,17 @@ async def test_a_follower_that_leaves_cancels_the_pull_on_the_node(
             await following
         (listed,) = await client.pulls()
         assert (listed.id, listed.state) == (pull.id, "cancelled")
+
+
+def test_the_pulls_worker_gets_the_hub_settings_and_never_the_agents_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFER_AGENT_TOKEN", "the-agents-own-bearer-token")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    monkeypatch.setenv("HF_TOKEN", "the-agents-hub-token")
+    env = worker_env(None)
+    assert "INFER_AGENT_TOKEN" not in env
+    assert env["HF_ENDPOINT"] == "http://127.0.0.1:1" and env["HTTPS_PROXY"]
+    assert env["HF_TOKEN"] == "the-agents-hub-token"  # no operator's: the node's own
+    assert worker_env(HUB_TOKEN)["HF_TOKEN"] == HUB_TOKEN
