@@ -22,6 +22,7 @@ from agents.protocol import (
     EngineInfo,
     LoadRunInfo,
     ModelInventory,
+    ModelPull,
     NodeInfo,
     ProtocolError,
     engine_info_from_dict,
@@ -30,6 +31,7 @@ from agents.protocol import (
     load_run_from_dict,
     local_model_from_dict,
     model_inventory_from_dict,
+    model_pull_from_dict,
     node_info_from_dict,
 )
 from engines.catalog import get_spec
@@ -141,6 +143,51 @@ class AgentClient:
         while an engine it manages runs it.  The model as it was, removed."""
         data = await self._request("POST", "/v1/models-inventory/remove", json_body={"name": name})
         return local_model_from_dict(data["removed"])
+
+    async def pull_model(
+        self,
+        model: str,
+        *,
+        revision: str | None = None,
+        engine: str | None = None,
+        quant: str | None = None,
+        hub_token: str | None = None,
+    ) -> ModelPull:
+        """Start fetching ``model`` into the node's cache (only the files ``engine``
+        loads; ``engine="ollama"``: an Ollama tag); refused before any byte moves when
+        the hub refuses or the node's disk is too small.  Follow it with ``follow_pull``."""
+        fields = {"revision": revision, "engine": engine, "quant": quant, "token": hub_token}
+        body = {"model": model, **{k: v for k, v in fields.items() if v is not None}}
+        # the agent asks the hub first: its answer may take a while
+        timeout = aiohttp.ClientTimeout(total=max(self._timeout.total or 0, 120.0))
+        data = await self._request(
+            "POST", "/v1/models-inventory/pull", json_body=body, client_timeout=timeout
+        )
+        return model_pull_from_dict(data)
+
+    async def follow_pull(
+        self, pull_id: str, *, read_timeout_s: float = 30.0
+    ) -> AsyncGenerator[ModelPull, None]:
+        """The pull's progress, to its final state (done, failed, cancelled)."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=read_timeout_s, sock_read=read_timeout_s
+        )
+        try:
+            async with self._lines(f"/v1/models-inventory/pulls/{pull_id}", {}, timeout) as lines:
+                async for raw in lines:
+                    if raw.strip():  # a blank line: the pull is quiet, the link alive
+                        yield model_pull_from_dict(json.loads(raw))
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise AgentError(0, f"model pull {pull_id} on {self.base_url} broke: {exc!r}") from exc
+
+    async def pulls(self) -> list[ModelPull]:
+        """The node's model pulls: those running and the last ones ended."""
+        data = await self._request("GET", "/v1/models-inventory/pulls")
+        return [model_pull_from_dict(p) for p in data["pulls"]]
+
+    async def cancel_pull(self, pull_id: str) -> ModelPull:
+        data = await self._request("POST", f"/v1/models-inventory/pulls/{pull_id}/cancel")
+        return model_pull_from_dict(data)
 
     async def metrics_text(self) -> str:
         return str(await self._request("GET", "/metrics"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -57,37 +58,47 @@ async def _show(session: aiohttp.ClientSession, url: str, model: str) -> tuple[i
         return resp.status, _error_text(body)
 
 
-async def _pull(dep: Deployment, session: aiohttp.ClientSession, url: str, model: str) -> bool:
-    """Stream the pull, its newest progress in ``dep.message``; False with the reason."""
-    dep.message = f"pulling model {model}"
+class PullFailed(Exception):
+    """An engine's pull that did not end in success; the reason in words."""
+
+
+async def pull_progress(
+    session: aiohttp.ClientSession, url: str, model: str
+) -> AsyncIterator[PullProgress]:
+    """The engine's pull of ``model`` at ``url``, each progress line as it comes, to the
+    final success; PullFailed with the reason otherwise."""
     last: PullProgress | None = None
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=SHOW_TIMEOUT_S, sock_read=PULL_STALL_S)
     try:
         async with session.post(url, json={"model": model}, timeout=timeout) as resp:
             if resp.status != 200:
-                reason = f"HTTP {resp.status} {_error_text(await resp.read())}"
-                dep.message = f"pulling model {model} failed: {reason}"
-                return False
+                raise PullFailed(f"HTTP {resp.status} {_error_text(await resp.read())}")
             async for line in resp.content:
                 if not line.strip():
                     continue
                 last = parse_pull_line(line)
                 if last.error is not None:
-                    dep.message = f"pulling model {model} failed: {last.error[:ERROR_CHARS]}"
-                    return False
-                dep.message = f"pulling model {model}: {last.text()}"
+                    raise PullFailed(last.error[:ERROR_CHARS])
+                yield last
     except aiohttp.ServerTimeoutError:
-        dep.message = f"pulling model {model} stalled: no progress for {PULL_STALL_S:.0f} s"
-        return False
+        raise PullFailed(f"stalled: no progress for {PULL_STALL_S:.0f} s") from None
     except aiohttp.ClientError as exc:  # the engine went away mid-pull
-        dep.message = f"pulling model {model} failed: {type(exc).__name__}: {exc}"
-        return False
+        raise PullFailed(f"{type(exc).__name__}: {exc}") from exc
     except ValueError as exc:  # a line that is no progress object
-        dep.message = f"pulling model {model} failed: {exc}"
-        return False
+        raise PullFailed(str(exc)) from exc
     if last is None or not last.done:
         ended = "nothing" if last is None else repr(last.status)
-        dep.message = f"pulling model {model} failed: the stream ended after {ended}, not success"
+        raise PullFailed(f"the stream ended after {ended}, not success")
+
+
+async def _pull(dep: Deployment, session: aiohttp.ClientSession, url: str, model: str) -> bool:
+    """Stream the pull, its newest progress in ``dep.message``; False with the reason."""
+    dep.message = f"pulling model {model}"
+    try:
+        async for progress in pull_progress(session, url, model):
+            dep.message = f"pulling model {model}: {progress.text()}"
+    except PullFailed as exc:
+        dep.message = f"pulling model {model} failed: {exc}"
         return False
     return True
 

@@ -208,6 +208,46 @@ class ModelInventory:
     """What could not be searched (Docker down, an unreadable directory)."""
 
 
+PULL_FINAL_STATES = ("done", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPull:
+    """A model the agent fetches into its node's cache (``/v1/models-inventory/pull``):
+    a Hugging Face repository's files through ``huggingface_hub``, or an Ollama tag
+    through the Ollama engine's own pull."""
+
+    id: str
+    node: str
+    source: str
+    """hf | ollama"""
+    model: str
+    """The repo id (``org/name``) or the Ollama tag."""
+    state: str
+    """pulling, then done, failed or cancelled."""
+    revision: str | None = None
+    """As asked (``main``, a tag, a commit); ``commit`` is what it resolved to."""
+    commit: str | None = None
+    files: tuple[str, ...] = ()
+    """The repository's files the engine needs: only these are fetched."""
+    total_bytes: int | None = None
+    """What the files hold (the hub's file metadata); Ollama: the current layer's."""
+    done_bytes: int = 0
+    """Of ``total_bytes``, on the node now (files already cached count)."""
+    rate_bytes_per_s: float | None = None
+    """Over the last few seconds; None before two readings."""
+    message: str = ""
+    """What it is doing, or why it failed, in words."""
+    path: str | None = None
+    """Where the model is once done (the snapshot folder)."""
+    started_at: float = 0.0
+    elapsed_s: float = 0.0
+
+    @property
+    def final(self) -> bool:
+        return self.state in PULL_FINAL_STATES
+
+
 def engine_facts(info: EngineInfo) -> dict[str, Any]:
     """What a run stores of its engine (``RunSetup.engine``): the start options it was
     launched with and its KV-capacity check."""
@@ -332,6 +372,11 @@ def load_run_from_dict(data: dict[str, Any]) -> LoadRunInfo:
 def model_inventory_from_dict(data: dict[str, Any]) -> ModelInventory:
     found: ModelInventory = _decode(ModelInventory, data)
     return found
+
+
+def model_pull_from_dict(data: dict[str, Any]) -> ModelPull:
+    pull: ModelPull = _decode(ModelPull, data)
+    return pull
 
 
 def local_model_from_dict(data: dict[str, Any]) -> LocalModel:

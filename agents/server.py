@@ -26,6 +26,7 @@ from agents.metrics import make_registry
 from agents.model_routes import add_model_routes
 from agents.peerloads import add_peer_routes
 from agents.protocol import NodeInfo
+from agents.pull_routes import add_pull_routes
 from agents.routes import add_routes, error_middleware
 from agents.runtime import Runtime
 from agents.runtime.owners import pid_owner
@@ -213,5 +214,6 @@ def create_app(
     add_model_routes(app)
     app.cleanup_ctx.append(_agent_ctx(gpu, runtimes))
     add_load_routes(app)  # after the agent: its runs stop before the engines do
+    add_pull_routes(app)  # likewise its model pulls
     add_peer_routes(app)
     return app

@@ -19,15 +19,19 @@ from agents.client import AgentClient
 from control.config import ConfigError, NodeConfig, load_config
 from control.engine_ops import start_engine, stop_engine, swap_engine
 from control.engine_output import (
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_REFUSED,
     EXIT_USAGE,
+    CommandFailure,
     ProgressView,
     engine_json,
     failure_of,
     print_json,
     report_failure,
 )
+from control.model_fetch import missing_model, pull_for_start
 from control.nodes import LaunchFields
 from control.reach import find_node
 from control.transport import connected
@@ -40,6 +44,7 @@ examples:
   infer-top engine start vllm --node h100-a --model meta-llama/Llama-3.1-8B-Instruct \\
       --gpus 0,1 --set tensor_parallel=2 --health-timeout 30m --json
   infer-top engine swap 3fa2c1d0e9 --node h100-a --kind sglang --model Qwen/Qwen2.5-7B-Instruct
+  infer-top engine start vllm --node h100-a --model Qwen/Qwen2.5-0.5B-Instruct --pull
   infer-top engine logs 3fa2c1d0e9 --node h100-a -f --for 2m
   infer-top engine stop 3fa2c1d0e9 --node h100-a          # keeps its volumes (model caches)
   infer-top engine stop 3fa2c1d0e9 --node h100-a --remove-volumes   # deletes them, named
@@ -61,10 +66,12 @@ image_pull (Compose engines): null, or {"image", "state": present | pulling | pu
   "done_bytes", "total_bytes", "layers_done", "layers_total"}
 error codes: config unreachable unauthorized refused_by_policy not_found refused
   start_failed (with phase, last_log_line, engine) swap_failed agent_error
+  model_absent pull_failed (start: a Hugging Face model not on the node, see --pull)
 
-exit status: 0 done; 1 the engine failed (not healthy, swap rolled back); 2 bad arguments
-  or config (unknown node); 3 agent unreachable; 4 refused by the agent (policy, no such
-  engine, bad request); 130 interrupted
+exit status: 0 done; 1 the engine failed (not healthy, swap rolled back), or its model's
+  pull; 2 bad arguments or config (unknown node); 3 agent unreachable; 4 refused by the
+  agent (policy, no such engine, bad request), or its model is not on the node; 130
+  interrupted
 """
 
 
@@ -92,6 +99,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start.add_argument("--runtime", choices=("compose", "process", "sim"), default=None)
     start.add_argument("--gpus", type=_gpu_list, default=[], help="GPU indices, e.g. 0,1")
     start.add_argument("--model-dir", help="host directory mounted as the engine's models")
+    fetch = start.add_mutually_exclusive_group()
+    fetch.add_argument(
+        "--pull",
+        action="store_true",
+        help="a Hugging Face model not on the node is pulled first, with progress (no question)",
+    )
+    fetch.add_argument(
+        "--allow-download",
+        action="store_true",
+        help="start even where the model is not on the node: the engine downloads it itself",
+    )
     start.set_defaults(func=run_start)
 
     swap = actions.add_parser(
@@ -262,6 +280,8 @@ def run_start(args: argparse.Namespace) -> int:
     async def command(client: AgentClient, node: NodeConfig) -> int:
         fields = launch_fields(args)
         options = {"model_dir": args.model_dir} if args.model_dir else None
+        if not args.allow_download and (absent := await model_absent(client, args, fields)):
+            return report_failure(absent, node=node.name, action="start", as_json=args.json)
         began = time.monotonic()
         with ProgressView(quiet=args.quiet) as view:
             info = await start_engine(
@@ -284,6 +304,31 @@ def run_start(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return run_node_command(args, "start", command)
+
+
+async def model_absent(
+    client: AgentClient, args: argparse.Namespace, fields: LaunchFields
+) -> CommandFailure | None:
+    """None once the Hugging Face model the start names is on the node: there already,
+    or pulled now (``--pull``, or the operator's yes on a terminal); else why not."""
+    missing = await missing_model(client, args.kind, fields.get("model"))
+    if missing is None:
+        return None
+    if args.pull or (sys.stdin.isatty() and _yes(f"{missing}: pull it now?")):
+        pulled = await pull_for_start(client, args.kind, str(fields["model"]), quiet=args.quiet)
+        if pulled.state == "done":
+            return None
+        return CommandFailure("pull_failed", f"{pulled.message}; nothing started", EXIT_FAILED)
+    hint = (
+        f"pull it first (infer-top models pull {fields['model']} --node "
+        f"{args.node or '<node>'} --engine {args.kind}), or start with --pull; "
+        "--allow-download lets the engine download it itself, showing nothing"
+    )
+    return CommandFailure("model_absent", f"{missing}: {hint}", EXIT_REFUSED)
+
+
+def _yes(question: str) -> bool:
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 def run_swap(args: argparse.Namespace) -> int:

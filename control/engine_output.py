@@ -93,7 +93,7 @@ class CommandFailure:
 
     code: str
     """config | unreachable | unauthorized | refused_by_policy | not_found | refused |
-    start_failed | swap_failed | agent_error"""
+    start_failed | swap_failed | agent_error | model_absent | pull_failed"""
     message: str
     exit_code: int
     details: dict[str, object] = field(default_factory=dict)

@@ -8,14 +8,7 @@ from collections.abc import Sequence
 from agents.protocol import ModelInventory
 from control.engine_ops import FitView, fit_view
 from engines.fit import shape_from_files
-from engines.model_files import LocalModel
-
-
-def size_text(n_bytes: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n_bytes >= scale:
-            return f"{n_bytes / scale:.1f} {unit}"
-    return f"{n_bytes} B"
+from engines.model_files import LocalModel, size_text
 
 
 def model_ref(model: LocalModel) -> str:

@@ -21,10 +21,10 @@ from control.engine_output import (
     failure_of,
     print_json,
 )
-from control.model_fit import size_text
+from control.models_pull import add_parser as add_pull_parser
 from control.reach import find_node
 from control.transport import connected
-from engines.model_files import LocalModel
+from engines.model_files import LocalModel, size_text
 
 EPILOG = """\
 examples:
@@ -32,19 +32,29 @@ examples:
   infer-top models ls --node h100-a --json
   infer-top models rm Qwen/Qwen2.5-7B-Instruct --node h100-a     asks first, naming its size
   infer-top models rm tiny.gguf --node h100-a --yes              scripts: no question
+  infer-top models pull Qwen/Qwen2.5-7B-Instruct --node h100-a --engine vllm
+  infer-top models pull bartowski/Llama-3.2-1B-Instruct-GGUF --engine llamacpp --quant Q4_K_M
+  infer-top models pull llama3.2 --node jetson --engine ollama
 
 A model is listed from the Hugging Face caches (the engines' cache volume and --cache-dir),
 the GGUF files and saved models under the agent's --model-dir, and Ollama's store.
 rm deletes exactly the model named (a name, or its path where two share a name) and is
 refused while an engine on the node runs it.
+pull fetches into the node's Hugging Face cache (the engines' infer-top-hf-cache volume,
+else the agent's first --cache-dir) only the files --engine loads, after the hub said
+their sizes and the disk has room; a gated model takes your token from $HF_TOKEN.
+Ctrl-C cancels it on the node (files already complete are kept for the next pull).
 
 --json: ls prints {"ok", "nodes": [{"node", "models": [MODEL...], "roots", "problems"}],
-  "errors": [{"node", "message"}]}; rm prints {"ok", "node", "action", "removed": MODEL}.
+  "errors": [{"node", "message"}]}; rm prints {"ok", "node", "action", "removed": MODEL};
+  pull prints {"ok", "node", "pull": {id source model state revision commit files
+  total_bytes done_bytes rate_bytes_per_s message path started_at elapsed_s}}.
 MODEL: name source format path root size_bytes revision quantization problem
   arch {architecture layers hidden_size attention_heads kv_heads head_dim max_context
         dtype param_count}
-exit status: 0 done; 2 bad arguments, or a question no one could answer (add --yes);
-  3 agent unreachable; 4 refused (no such model, in use, policy); 130 interrupted
+exit status: 0 done; 1 failed (pull: no room on the node, or it failed once begun);
+  2 bad arguments, or a question no one could answer (add --yes); 3 agent unreachable;
+  4 refused (no such model, in use, policy; pull: the hub's refusal); 130 interrupted
 """
 
 
@@ -70,6 +80,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rm.add_argument("--node", help="a node named in the config (default: its only node)")
     rm.add_argument("--yes", action="store_true", help="no confirmation (scripts)")
     rm.set_defaults(func=run_rm)
+
+    add_pull_parser(actions, common)
 
 
 def model_row(m: LocalModel) -> tuple[str, ...]:

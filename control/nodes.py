@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agents.protocol import EngineInfo, ModelInventory, NodeInfo
+from agents.protocol import EngineInfo, ModelInventory, ModelPull, NodeInfo
 from control.ssh_tunnel import SshTunnel
 from telemetry import TelemetryFrame
 
@@ -28,6 +28,20 @@ class AgentLike(Protocol):
     async def engines(self) -> Sequence[EngineInfo]: ...
 
     async def models(self) -> ModelInventory: ...
+
+    async def pull_model(
+        self,
+        model: str,
+        *,
+        revision: str | None = None,
+        engine: str | None = None,
+        quant: str | None = None,
+        hub_token: str | None = None,
+    ) -> ModelPull: ...
+
+    def follow_pull(self, pull_id: str) -> AsyncIterator[ModelPull]: ...
+
+    async def cancel_pull(self, pull_id: str) -> ModelPull: ...
 
     async def start(
         self,

@@ -73,6 +73,14 @@ class LocalModel:
     """Why the architecture could not be read (a cut-short header...)."""
 
 
+def size_text(n_bytes: int) -> str:
+    """A size as the inventory shows it (binary units)."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"
+
+
 def scan_root(root: Path) -> list[LocalModel]:
     """Every model under ``root``, sorted by name; [] when ``root`` is no directory."""
     if not root.is_dir():

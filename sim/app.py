@@ -23,6 +23,7 @@ from aiohttp import web
 from sim import dialects, introspect
 from sim.faults import FaultConfig
 from sim.labels import OWNED_BY, SIM_HEADER
+from sim.ollama_pull import add_pull_routes
 from sim.profile import ProfileError, SimProfile, load_profile
 from sim.scheduler import RequestTrace
 from sim.server import SimServer
@@ -137,6 +138,7 @@ def build_app(sim: SimServer) -> web.Application:
         r.add_get("/api/version", version)
         r.add_post("/api/chat", gen("ollama_chat"))
         r.add_post("/api/generate", gen("ollama_generate"))
+        add_pull_routes(r, sim)
         return app
     r.add_get(spec.health_path, health)
     r.add_get("/version", version)

@@ -20,6 +20,7 @@ _KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5
 
 class LlamacppSpec(EngineSpec):
     kind = "llamacpp"
+    weights_format = "gguf"
     display_name = "llama.cpp"
     dialect = "llamacpp"
     image = "ghcr.io/ggml-org/llama.cpp:server-cuda"

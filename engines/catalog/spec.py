@@ -149,6 +149,10 @@ class EngineSpec:
     model_is_path: bool = True
     """Run bare, the engine opens ``model`` as a file or directory on the host (Ollama
     instead pulls models by name into its own store)."""
+    weights_format: str = "safetensors"
+    """The weights the engine loads from a Hugging Face repository: ``safetensors``
+    (``.bin`` where a repo has none) or ``gguf`` (one quantisation's files);
+    ``models pull`` fetches only these (``engines.hub_files``)."""
     model_show_path: str | None = None
     """Where the engine says whether it has a model (POST ``{"model": name}``: 200 yes,
     404 no) when it serves models by name: it is ready only once it has the model."""

@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from engines.model_pull import parse_pull_line
 from sim import list_profiles, load_profile
 from tests.sim.conftest import StartSim
 from tests.waiting import apoll_until
@@ -166,3 +167,23 @@ async def test_llamacpp_closes_the_connection_after_a_stream(sim_factory: StartS
     head = raw.split(b"\r\n\r\n", 1)[0].lower()
     assert b"data: [DONE]" in raw
     assert b"connection: close" not in head  # like llama-server: no warning in the headers
+
+
+async def test_the_simulated_ollama_pulls_a_model_it_lacks_with_ollamas_progress(
+    sim_factory: StartSim,
+) -> None:
+    sim = await sim_factory(profile_for("ollama"), time_scale=0.01)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(sim.url + "/api/show", json={"model": "llama3.1:8b"}) as r:
+            assert r.status == 200  # the profile's model: there from the start
+        async with s.post(sim.url + "/api/show", json={"model": "qwen2.5:0.5b"}) as r:
+            assert r.status == 404
+            assert await r.json() == {"error": "model 'qwen2.5:0.5b' not found"}
+        async with s.post(sim.url + "/api/pull", json={"model": "qwen2.5:0.5b"}) as r:
+            lines = [line async for line in r.content if line.strip()]
+        async with s.post(sim.url + "/api/show", json={"model": "qwen2.5:0.5b"}) as r:
+            assert r.status == 200
+    steps = [parse_pull_line(line) for line in lines]  # as the agent reads them
+    assert steps[0].status == "pulling manifest" and steps[-1].done
+    counted = [p.completed_bytes for p in steps if p.total_bytes]
+    assert counted == sorted(counted) and counted[0] == 0 and counted[-1] == steps[1].total_bytes

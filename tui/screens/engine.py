@@ -33,6 +33,7 @@ from control.engine_ops import (
     swap_engine,
     typed_options,
 )
+from control.model_fetch import absent_text, pull_then_start
 from control.model_fit import find_local, local_fit, local_fits_text, local_label, model_ref
 from control.nodes import AgentLike, LaunchFields
 from control.services import describe_error
@@ -43,6 +44,7 @@ from tui.screens.shared import Confirm
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
 RUNTIMES = ("auto", "compose", "process", "sim")
+PULL_AND_START = "pull and start"
 
 
 def launch_config(
@@ -327,17 +329,23 @@ class EngineScreen(BaseScreen):
             return
         kind = str(self.query_one("#kind", Select).value)
         runtime = str(self.query_one("#runtime", Select).value)
+        picked = None if runtime == "auto" else runtime
         gpus = sorted(self.query_one("#gpus", SelectionList).selected)
-        self._run(
-            self._node_name() or "",
-            "start",
-            start_engine(
-                client,
-                kind,
-                config,
-                gpus,
-                self._progress,
-                runtime=None if runtime == "auto" else runtime,
+        node = self._node_name() or ""
+        found = self._local_models()
+        absent = absent_text(kind, config.get("model"), found) if found else None
+        if absent is None:
+            op = start_engine(client, kind, config, gpus, self._progress, runtime=picked)
+            self._run(node, "start", op)
+            return
+        self._confirm(  # rather than a download the engine does unseen
+            f"{absent}: the engine would download it itself, showing nothing. Pull it "
+            "here first, with its progress, then start?",
+            "Pull and start",
+            lambda: self._run(
+                node,
+                PULL_AND_START,
+                pull_then_start(client, kind, config, gpus, self._progress, runtime=picked),
             ),
         )
 
@@ -412,6 +420,8 @@ class EngineScreen(BaseScreen):
         self.query_one("#action-log", Log).write_line(message.text)
 
     def on_engine_action_done(self, message: EngineActionDone) -> None:
+        if message.action == PULL_AND_START:  # the node holds one model more
+            self._load_inventory(message.node)
         status = self.query_one("#action-status", Static)
         if message.ok:
             status.update(f"[green]{message.text}[/]")
