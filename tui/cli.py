@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "control.node_cli",  # node
     "sim.cli",  # sim
     "store.cli",  # runs
+    "control.compare_cli",  # compare
     "control.alerts_cli",  # alerts
 )
 
@@ -38,6 +39,7 @@ examples:
   infer-top engine swap 3fa2c1d0e9 --node h100-a --kind vllm --model Qwen/Qwen2.5-7B-Instruct
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
+  infer-top compare --baseline 3fa2c1 9b7e04   exit 1 when the run regressed against the baseline
   infer-top alerts --since 24h --json
 
 Config: $XDG_CONFIG_HOME/infer-top/config.toml   Data: $XDG_DATA_HOME/infer-top/infer-top.db
