@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "sim.cli",  # sim
     "store.cli",  # runs
     "control.compare_cli",  # compare
+    "control.report_cli",  # report
     "control.alerts_cli",  # alerts
 )
 
@@ -40,6 +41,7 @@ examples:
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
   infer-top compare --baseline 3fa2c1 9b7e04   exit 1 when the run regressed against the baseline
+  infer-top report 3fa2c1 9b7e04 -o report.html   one self-contained HTML file to share
   infer-top alerts --since 24h --json
 
 Config: $XDG_CONFIG_HOME/infer-top/config.toml   Data: $XDG_DATA_HOME/infer-top/infer-top.db

@@ -5,17 +5,13 @@ started with one slot instead of four, under the same four-stream load, is flagg
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from store import open_store
 from tests.conftest import Rig
-from tests.loadgen.conftest import ROOT, bench, infer_top_argv
-from tests.loadgen.test_llama_server_live import _wait_health
-from tests.ports import free_port
+from tests.control.llama import bench_saved, llama_server
+from tests.loadgen.conftest import ROOT, infer_top_argv
 
 pytestmark = pytest.mark.docker  # the rig's llama-server binary and tiny model
 
@@ -23,34 +19,17 @@ pytestmark = pytest.mark.docker  # the rig's llama-server binary and tiny model
 # whose other work comes and goes (seen: TTFT p50 +164 %, output tok/s -43 % at a load
 # average of 5), well below what one slot instead of four does to four streams: three
 # of them queue behind the one slot, so their TTFT grows by whole requests of 128 tokens
-# (about +800 %; the tiny model decodes a lone stream faster than four on one thread, so
+# (seen: +500 %; the tiny model decodes a lone stream faster than four on one thread, so
 # throughput is not what shows it here).
 THRESHOLD = "2.0"
 
 
-@contextmanager
-def _llama_server(rig: Rig, log: Path, slots: int) -> Iterator[str]:
-    port = free_port()
-    argv = [str(rig.llama_server_bin), "-m", str(rig.tiny_model), "--host", "127.0.0.1",
-            "--port", str(port), "-np", str(slots), "-c", "4096", "-t", "1"]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+LOAD = ("--concurrency", "4", "--requests", "32", "--warmup", "4", "--input-len", "32",
+        "--output-len", "128")  # fmt: skip
 
 
 async def _bench(url: str, db: Path, name: str) -> str:
-    await _wait_health(url)
-    code, _, err = await bench(
-        "--url", url, "--concurrency", "4", "--requests", "32", "--warmup", "4",
-        "--input-len", "32", "--output-len", "128", "--save", "--db", str(db), "--name", name,
-    )  # fmt: skip
-    assert code == 0, err
-    with open_store(db) as st:
-        return next(r.run_id for r in st.list_runs() if r.name == name)
+    return await bench_saved(url, db, name, *LOAD)
 
 
 def _compare(db: Path, base: str, run: str) -> subprocess.CompletedProcess[str]:
@@ -61,10 +40,10 @@ def _compare(db: Path, base: str, run: str) -> subprocess.CompletedProcess[str]:
 
 async def test_fewer_slots_is_flagged_and_the_same_server_passes(rig: Rig, tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    with _llama_server(rig, tmp_path / "four.log", slots=4) as url:
+    with llama_server(rig, tmp_path / "four.log", slots=4) as url:
         base = await _bench(url, db, "four slots")
         again = await _bench(url, db, "four slots again")
-    with _llama_server(rig, tmp_path / "one.log", slots=1) as url:
+    with llama_server(rig, tmp_path / "one.log", slots=1) as url:
         slow = await _bench(url, db, "one slot")
 
     same = _compare(db, base, again)
