@@ -15,17 +15,18 @@ from tests.loadgen.conftest import ROOT, infer_top_argv
 
 pytestmark = pytest.mark.docker  # the rig's llama-server binary and tiny model
 
-# A tripling: beyond the drift between two runs of one server on a shared 2-core machine
+# Five-fold: well beyond the drift between two runs of one server on a shared 2-core machine
 # whose other work comes and goes (seen: TTFT p50 +164 %, output tok/s -43 % at a load
-# average of 5), well below what one slot instead of four does to four streams: three
-# of them queue behind the one slot, so their TTFT grows by whole requests of 128 tokens
-# (seen: +500 %; the tiny model decodes a lone stream faster than four on one thread, so
-# throughput is not what shows it here).
-THRESHOLD = "2.0"
+# average of 5), well below what one slot instead of four does to four streams: three of
+# them queue behind the one slot, so their TTFT grows by whole requests of 512 tokens while
+# a prompt's prefill, all a TTFT with free slots is, stays short (seen with 256 tokens:
+# +535 % to +1,444 % as the machine's load went from 7 to 4; the tiny model decodes a lone
+# stream faster than four on one thread, so throughput does not show it).
+THRESHOLD = "4.0"
 
 
-LOAD = ("--concurrency", "4", "--requests", "32", "--warmup", "4", "--input-len", "32",
-        "--output-len", "128")  # fmt: skip
+LOAD = ("--concurrency", "4", "--requests", "24", "--warmup", "4", "--input-len", "32",
+        "--output-len", "512")  # fmt: skip
 
 
 async def _bench(url: str, db: Path, name: str) -> str:
@@ -49,7 +50,7 @@ async def test_fewer_slots_is_flagged_and_the_same_server_passes(rig: Rig, tmp_p
     same = _compare(db, base, again)
     assert same.returncode == 0, same.stdout + same.stderr
     print(same.stdout)
-    assert "no regression beyond 200%" in same.stdout
+    assert "no regression beyond 400%" in same.stdout
 
     slower = _compare(db, base, slow)
     print(slower.stdout)
