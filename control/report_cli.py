@@ -3,7 +3,7 @@
 The setup of every run, throughput and TTFT against concurrency as SVG charts (one line
 per run), the per-level table with cost, the alerts raised while the runs ran and the
 seed-style headline table; simulated numbers are marked.  ``--charts DIR`` also writes
-the charts as SVG files for slides.
+the charts as SVG files for slides (``--png``: PNG too, drawn by a local Chromium).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from control.chart_png import ChartPngError, find_browser, svg_to_png
 from control.config import ConfigError, load_config
 from control.report_data import build_report
 from control.report_html import chart_files, render_html
@@ -37,6 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
     p.add_argument("--charts", type=Path, default=None, metavar="DIR",
                    help="also write throughput.svg and ttft.svg here (for slides)")  # fmt: skip
+    p.add_argument("--png", action="store_true",
+                   help="with --charts: PNGs too, drawn by a local headless Chromium")  # fmt: skip
     p.add_argument("--price-per-hour", type=float, default=None,
                    help="one hourly price for every run's node (instead of [cost])")  # fmt: skip
     p.add_argument("--kwh", type=float, default=None, help="price per kWh of GPU energy")
@@ -64,6 +67,9 @@ def _write(path: Path, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
+    if args.png and args.charts is None:
+        err.print("infer-top report: --png goes with --charts DIR (where the files go)")
+        return 2
     for name in ("price_per_hour", "kwh"):
         value = getattr(args, name)
         if value is not None and not value >= 0:
@@ -83,9 +89,14 @@ def run(args: argparse.Namespace) -> int:
             report = build_report(st, args.runs, prices)
         _write(args.output, render_html(report))
         if args.charts is not None:
+            browser = find_browser() if args.png else None
             for name, svg in chart_files(report).items():
                 _write(args.charts / name, svg)
-    except (ConfigError, StoreError) as exc:
+                if browser:
+                    svg_to_png(
+                        args.charts / name, (args.charts / name).with_suffix(".png"), browser
+                    )
+    except (ConfigError, StoreError, ChartPngError) as exc:
         err.print(escape(f"infer-top report: {exc}"))
         return 2
     except OSError as exc:

@@ -32,6 +32,7 @@ th { background: #f2f2f2; text-align: left; } td.num { text-align: right; }
 tr.sim td { font-style: italic; background: #fff8e5; }
 .banner { border: 2px solid #d55e00; background: #fff3ec; padding: 0.6em 1em; }
 .charts { display: flex; flex-wrap: wrap; gap: 1em; } .note { color: #555; font-size: 13px; }
+.charts svg { flex: 1 1 560px; max-width: 720px; height: auto; }
 """
 SIM_MARK = "†"
 

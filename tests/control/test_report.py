@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -152,10 +153,11 @@ def _check_tables(page: Page, st: Store, run_ids: list[str]) -> None:
 
 
 def _report(db: Path, out: Path, *run_ids: str) -> str:
-    """``infer-top report RUN... -o OUT`` (charts beside it); the report's file URI."""
+    """``infer-top report RUN... -o OUT`` (charts beside it, SVG and PNG); the report's
+    file URI."""
     argv = infer_top_argv("report", *run_ids, "-o", str(out), "--db", str(db),
                           "--price-per-hour", str(PRICE_PER_HOUR),
-                          "--charts", str(out.parent))  # fmt: skip
+                          "--charts", str(out.parent), "--png")  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return out.resolve().as_uri()
@@ -192,10 +194,15 @@ async def test_the_seed_table_as_a_report_marked_simulated(
     assert "output tok/s at 64 concurrent" in page.text
     assert "Simulated numbers." in page.text
     assert page.text.count("simulated †") >= len(ids) * 8  # every level row and headline row
-    # the charts for slides: the same SVG, standalone
-    for name in ("throughput.svg", "ttft.svg"):
-        svg = (out.parent / name).read_text()
+    # the charts for slides: the same SVG, standalone, and drawn as PNG at its size
+    for name in ("throughput", "ttft"):
+        svg = (out.parent / f"{name}.svg").read_text()
         assert svg.startswith("<svg") and svg.count("<path") == len(ids)
+        png = (out.parent / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", png[16:24])  # IHDR
+        assert f'width="{width}" height="{height}"' in svg
+        assert len(png) > 10_000  # lines and text drawn, not a blank page
 
 
 @pytest.mark.docker
