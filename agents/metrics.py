@@ -1,7 +1,10 @@
 """Prometheus exposition of the latest frame, so Grafana can scrape agents directly.
 
 A custom collector reads the sampler's latest frame at scrape time: nothing is
-sampled twice and the values are exactly what the TUI sees.
+sampled twice and the values are exactly what the TUI sees.  Beside the frame: each
+engine's own TTFT and ITL histograms (as the engine counts them, so a dashboard takes any
+quantile over any window) and the agent's scrapes of its engines (durations, errors),
+from the scraper's ``ScrapeStats``.  ``deploy/grafana/infer-top.json`` charts these.
 """
 
 from __future__ import annotations
@@ -9,9 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from agents.scrape_stats import SCRAPE_BUCKETS_S, ScrapeStats
+from engines.sample import HistogramSummary
 from telemetry import TelemetryFrame
 
 _GPU_GAUGES = (
@@ -45,8 +55,11 @@ M = TypeVar("M", GaugeMetricFamily, CounterMetricFamily)
 
 
 class FrameCollector(Collector):
-    def __init__(self, latest: Callable[[], TelemetryFrame | None]) -> None:
+    def __init__(
+        self, latest: Callable[[], TelemetryFrame | None], scrapes: ScrapeStats | None = None
+    ) -> None:
         self.latest = latest
+        self.scrapes = scrapes
 
     def collect(self) -> Iterator[Metric]:
         frame = self.latest()
@@ -80,6 +93,53 @@ class FrameCollector(Collector):
             "infer_engine_healthy", "1 when the engine answers healthy", labels=_ENGINE_LABELS
         )
         yield _filled(up, ((key, 1.0 if eng.health == "healthy" else 0.0) for key, eng in engines))
+        if self.scrapes is not None:
+            yield from _scrape_families(node, self.scrapes)
+
+
+def _scrape_families(node: str, stats: ScrapeStats) -> Iterator[Metric]:
+    ttft = HistogramMetricFamily(
+        "infer_engine_ttft_seconds",
+        "Time to first token as the engine counts it since it started",
+        labels=_ENGINE_LABELS,
+    )
+    itl = HistogramMetricFamily(
+        "infer_engine_itl_seconds",
+        "Inter-token latency as the engine counts it since it started",
+        labels=_ENGINE_LABELS,
+    )
+    took = HistogramMetricFamily(
+        "infer_agent_engine_scrape_duration_seconds",
+        "How long the agent's scrape of an engine's metrics took",
+        labels=_ENGINE_LABELS,
+    )
+    errors = CounterMetricFamily(
+        "infer_agent_engine_scrape_errors",
+        "Scrapes of a ready engine that failed (no page, bad page, past the deadline)",
+        labels=_ENGINE_LABELS,
+    )
+    bounds = [*(_le(b) for b in SCRAPE_BUCKETS_S), "+Inf"]
+    for e in stats.engines():
+        labels = [node, e.engine_id, e.kind]
+        took.add_metric(
+            labels, list(zip(bounds, map(float, e.bucket_counts), strict=True)), e.sum_s
+        )
+        errors.add_metric(labels, float(e.errors))
+        for family, hist in ((ttft, e.ttft), (itl, e.itl)):
+            if hist is not None:
+                family.add_metric(labels, _buckets(hist), hist.sum_s)
+    yield from (ttft, itl, took, errors)
+
+
+def _le(bound: float) -> str:
+    """A bucket's upper bound as the exposition writes it ("0.005", "1.0")."""
+    return repr(float(bound))
+
+
+def _buckets(hist: HistogramSummary) -> list[tuple[str, float]]:
+    """The engine's cumulative buckets, +Inf last (its count, where the page left it out)."""
+    out = [(_le(bound), float(n)) for bound, n in hist.buckets if bound != float("inf")]
+    return [*out, ("+Inf", float(hist.count))]
 
 
 def _filled(family: M, samples: Iterable[tuple[list[str], float | None]]) -> M:
@@ -89,7 +149,9 @@ def _filled(family: M, samples: Iterable[tuple[list[str], float | None]]) -> M:
     return family
 
 
-def make_registry(latest: Callable[[], TelemetryFrame | None]) -> CollectorRegistry:
+def make_registry(
+    latest: Callable[[], TelemetryFrame | None], scrapes: ScrapeStats | None = None
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(FrameCollector(latest))
+    registry.register(FrameCollector(latest, scrapes))
     return registry

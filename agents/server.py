@@ -164,7 +164,7 @@ async def _run_agent(
     docker_version, compose_ver = await asyncio.to_thread(_versions)
     app[MANAGER] = manager
     app[SAMPLER] = sampler
-    app[REGISTRY] = make_registry(lambda: sampler.latest)
+    app[REGISTRY] = make_registry(lambda: sampler.latest, manager.scraper.stats)
     app[NODE_INFO] = NodeInfo(
         node=config.node_name,
         host=socket.gethostname(),

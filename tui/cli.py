@@ -24,6 +24,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "control.node_cli",  # node
     "sim.cli",  # sim
     "store.cli",  # runs
+    "control.compare_cli",  # compare
+    "control.report_cli",  # report
     "control.alerts_cli",  # alerts
     "control.config_cli",  # config
 )
@@ -39,6 +41,8 @@ examples:
   infer-top engine swap 3fa2c1d0e9 --node h100-a --kind vllm --model Qwen/Qwen2.5-7B-Instruct
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
+  infer-top compare --baseline 3fa2c1 9b7e04   exit 1 when the run regressed against the baseline
+  infer-top report 3fa2c1 9b7e04 -o report.html   one self-contained HTML file to share
   infer-top alerts --since 24h --json
   infer-top config init         write a commented config file (every default), then edit it
   infer-top config show         the config in force and the file it came from

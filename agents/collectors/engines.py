@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from agents.runtime import Deployment
+from agents.scrape_stats import ScrapeStats
 from engines.dialects.prom import MetricsParseError
 from engines.sample import EngineSample
 from telemetry import EngineTelemetry
@@ -84,6 +85,8 @@ class EngineScraper:
         self._inflight: dict[str, asyncio.Task[Scrape]] = {}
         """At most one scrape per engine: a parse still running in its thread is waited
         for again next interval rather than joined by another one."""
+        self.stats = ScrapeStats()
+        """Each engine's scrape durations and errors, its latest latency histograms."""
 
     async def _fetch(self, url: str, path: str, headers: dict[str, str]) -> bytes:
         limit_mib = MAX_PAYLOAD_BYTES // 2**20
@@ -117,10 +120,15 @@ class EngineScraper:
             scrape = self._scrape(dep, dep.url, path, spec)
             task = asyncio.get_running_loop().create_task(scrape)
             self._inflight[dep.id] = task
+        began = time.monotonic()
         try:
-            return await asyncio.wait_for(asyncio.shield(task), self.timeout_s)
+            result = await asyncio.wait_for(asyncio.shield(task), self.timeout_s)
         except TimeoutError:
-            return Scrape(error=f"no complete scrape within {self.timeout_s:g} s")
+            result = Scrape(error=f"no complete scrape within {self.timeout_s:g} s")
+        # An engine still loading has no page yet: no fault, so no error counted.
+        failed = result.error is not None and dep.state == "ready"
+        self.stats.observe(dep.id, dep.kind, time.monotonic() - began, failed)
+        return result
 
     async def _scrape(
         self, dep: Deployment, url: str, metrics_path: str, spec: ScrapeSpec
@@ -160,6 +168,7 @@ class EngineScraper:
         }
         if sample is None:
             return EngineTelemetry(**base)
+        self.stats.latencies(dep.id, dep.kind, sample)
         now = time.monotonic()
         generation = sample.generation_tokens_total
         if generation is not None and sample.generation_tokens_in_flight is not None:
@@ -187,6 +196,7 @@ class EngineScraper:
 
     def forget(self, dep_id: str) -> None:
         self._last.pop(dep_id, None)
+        self.stats.forget(dep_id)
         task = self._inflight.pop(dep_id, None)
         if task is not None:
             task.cancel()

@@ -4,9 +4,11 @@ the Docker tests, a node name, agent config and model-cache volume of the test's
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,44 @@ from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 
 TOKEN = "test-token-0123456789abcdef"
+
+
+# --- GPU processes the replay lists (NVML's per-process account) ---
+
+GIB = 2**30
+NO_INSTANCE = 2**32 - 1
+
+
+def write_processes(path: Path, compute: Mapping[int, int]) -> None:
+    """GPU 0's compute contexts (pid -> bytes) as NVML's nvmlProcessInfo_v3_t fields;
+    replaced whole, as the replay reads it while it runs."""
+    entries = [
+        {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": NO_INSTANCE,
+         "computeInstanceId": NO_INSTANCE}
+        for pid, used in compute.items()
+    ]  # fmt: skip
+    data = {"about": "written by the test", "gpus": [{"compute": entries, "graphics": []}]}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Path:
+    path = tmp_path / "processes.json"
+    write_processes(path, {})
+    return path
+
+
+@pytest.fixture
+def bystander() -> Iterator[int]:
+    """A process of the test's own, which no engine owns."""
+    proc = subprocess.Popen(["sleep", "120"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,42 +29,7 @@ from telemetry import GpuProcess
 from tests.conftest import IN_CI
 from tests.waiting import apoll_until
 
-from .conftest import docker, llama
-
-GIB = 2**30
-NO_INSTANCE = 2**32 - 1
-
-
-def write_processes(path: Path, compute: Mapping[int, int]) -> None:
-    """GPU 0's compute contexts (pid -> bytes) as NVML's nvmlProcessInfo_v3_t fields;
-    replaced whole, as the replay reads it while it runs."""
-    entries = [
-        {"pid": pid, "usedGpuMemory": used, "gpuInstanceId": NO_INSTANCE,
-         "computeInstanceId": NO_INSTANCE}
-        for pid, used in compute.items()
-    ]  # fmt: skip
-    data = {"about": "written by the test", "gpus": [{"compute": entries, "graphics": []}]}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Path:
-    path = tmp_path / "processes.json"
-    write_processes(path, {})
-    return path
-
-
-@pytest.fixture
-def bystander() -> Iterator[int]:
-    """A process of the test's own, which no engine owns."""
-    proc = subprocess.Popen(["sleep", "120"])
-    try:
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait()
+from .conftest import GIB, docker, llama, write_processes
 
 
 async def gpu0_process(client: AgentClient, pid: int, engine: str | None) -> GpuProcess:
