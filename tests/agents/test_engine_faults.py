@@ -220,7 +220,10 @@ async def test_huge_metrics_page_does_not_stall_the_agent(
             stop.set()
             await asyncio.to_thread(probe.join)
         assert len(latencies_s) >= 10
-        assert max(latencies_s) < 0.5, f"/healthz took {max(latencies_s):.2f} s while scraping"
+        # a loop stalled by the parse stalls on every one of the 4 frames; one slow answer
+        # is the busy machine's scheduler, so the second slowest is what is judged
+        second_slowest_s = sorted(latencies_s)[-2]
+        assert second_slowest_s < 0.5, f"/healthz took {second_slowest_s:.2f} s while scraping"
         assert len(seen) == 4, "the agent published no frames while scraping the big page"
         if over_cap:
             for sample in seen.values():
