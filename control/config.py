@@ -34,7 +34,7 @@ import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import urlparse
 
 from alerts import AlertConfig, AlertConfigError, parse_alert_config
@@ -217,7 +217,7 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
     )
 
 
-def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+def _table(data: dict[str, object], key: str) -> dict[str, object]:
     value = data.get(key, {})
     if not isinstance(value, dict):
         raise ConfigError(f"[{key}] must be a table, got {value!r}")
