@@ -108,12 +108,15 @@ INJECTIONS = {
 
 def _start_bodies(value: str, models: Path) -> dict[str, dict[str, Any]]:
     """Each string of a llama.cpp start that reaches Compose's environment (MODEL,
-    MODEL_CACHE, the key) or the engine's command line (ENGINE_ARGS), carrying ``value``."""
+    MODEL_CACHE, ENGINE_IMAGE, the key) or the engine's command line (ENGINE_ARGS),
+    carrying ``value``."""
     base: dict[str, Any] = {"model": "/models/tiny.gguf"}
     return {
         "model": {"config": {**base, "model": f"/models/{value}.gguf"}},
         "api_key": {"config": {**base, "api_key": f"key{value}"}},
         "kv_cache_dtype": {"config": {**base, "kv_cache_dtype": f"q8_0{value}"}},
+        "quantization": {"config": {**base, "quantization": f"q4{value}"}},
+        "image": {"config": {**base, "image": f"infer-top/llama-server:x{value}"}},
         "extra_args": {"config": {**base, "extra_args": ["--threads", f"2{value}"]}},
         "options.model_dir": {"config": base, "options": {"model_dir": f"{models}/{value}"}},
     }
