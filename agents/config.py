@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,12 +112,19 @@ def new_token() -> str:
 
 
 def read_token(path: Path | None = None, env: str = "INFER_AGENT_TOKEN") -> str:
-    """The token from a file (first line) or the environment; a clear error when neither."""
+    """The token from a file (first line) or the environment; a clear error when neither.
+    A token file others may read is refused (like ssh's keys): the token is root on the node."""
     if path is not None:
         try:
+            mode = path.stat().st_mode
             text = path.read_text().strip()
         except OSError as exc:
             raise ConfigError(f"cannot read token file {path}: {exc.strerror}") from exc
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(
+                f"token file {path} is readable by others ({stat.filemode(mode)}); "
+                f"run: chmod 600 {path}"
+            )
         if not text:
             raise ConfigError(f"token file {path} is empty")
         return text.splitlines()[0].strip()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -293,18 +295,67 @@ def _build(cls: type[Any], data: Any) -> Any:
             continue
         value = data[f.name]
         if f.name in one and value is not None:
-            value = _build(one[f.name], value)
+            value = _build_in(cls, f.name, one[f.name], value)
         elif f.name in many:
             if not isinstance(value, list | tuple):
                 raise ProtocolError(f"{cls.__name__}.{f.name}: expected a list")
-            value = tuple(_build(many[f.name], v) for v in value)
+            value = tuple(_build_in(cls, f.name, many[f.name], v) for v in value)
         elif isinstance(value, list):
             value = tuple(value)
+        hint = _field_types(cls)[f.name]
+        if not _fits(value, hint):
+            raise ProtocolError(
+                f"{cls.__name__}.{f.name}: expected {_type_name(hint)}, "
+                f"got {type(value).__name__} {value!r:.40}"
+            )
         kwargs[f.name] = value
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise ProtocolError(f"{cls.__name__}: {exc}") from exc
+
+
+def _build_in(outer: type[Any], name: str, cls: type[Any], data: Any) -> Any:
+    """A nested message; its error says where it sits (``TelemetryFrame.gpus: ...``)."""
+    try:
+        return _build(cls, data)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{outer.__name__}.{name}: {exc}") from None
+
+
+_TYPES: dict[type[Any], dict[str, Any]] = {}
+"""Each message class's declared field types, resolved once."""
+
+
+def _field_types(cls: type[Any]) -> dict[str, Any]:
+    if cls not in _TYPES:
+        _TYPES[cls] = typing.get_type_hints(cls)
+    return _TYPES[cls]
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """``value`` has the declared type ``hint`` (nested messages are built already): a
+    message field of another type fails here, at the wire, not later on a screen."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is types.UnionType or origin is typing.Union:
+        return any(_fits(value, a) for a in args)
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_fits(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is float:  # JSON writes 300.0 as 300
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 def _decode(cls: type[Any], data: Any) -> Any:
@@ -330,6 +381,8 @@ class ProtocolError(ValueError):
 
 
 def _check_version(data: dict[str, Any]) -> None:
+    if not isinstance(data, dict):
+        raise ProtocolError(f"expected an object, got {type(data).__name__}")
     version = data.get("protocol", PROTOCOL_VERSION)
     if version != PROTOCOL_VERSION:
         raise ProtocolError(

@@ -18,6 +18,7 @@ from aiohttp.typedefs import Middleware
 
 from agents.catalog_adapter import extra_args_problem, get_spec, start_options_problem
 from agents.config import AgentConfig
+from engines.catalog import ENV_UNSAFE_CHARS
 
 PUBLIC_ROUTES = frozenset({"/healthz"})
 """The only route without a token: a bare liveness probe that tells nothing."""
@@ -160,7 +161,17 @@ def host_model_path(config: AgentConfig, model: object) -> str:
     return str(next((p for p in inside if p.exists()), inside[0]))
 
 
+HOST_PATH_UNSAFE_CHARS = ENV_UNSAFE_CHARS | {":", ","}
+"""What a mounted host path may not hold: it reaches Compose's environment (MODEL_CACHE)
+and a volume's ``source:target`` spelling."""
+
+
 def _check_host_path(config: AgentConfig, host: str) -> None:
+    if bad := HOST_PATH_UNSAFE_CHARS.intersection(host):
+        raise PolicyError(
+            f"host path {host!r} holds {''.join(sorted(bad))!r}: a mounted directory's name "
+            "may not hold quotes, '$', '`', '\\', ':', ',', line ends or NUL"
+        )
     if "docker.sock" in host:
         raise PolicyError("mounting the Docker socket is refused")
     if not host.startswith(("/", "~")):

@@ -91,6 +91,7 @@ async def run(gpus: int, engines: int, seconds: float, interval: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         token_file = Path(tmp) / "token"
         token_file.write_text(TOKEN)
+        token_file.chmod(0o600)
         agent = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
             "--token-file", str(token_file), "--replay-trace", "--replay-gpus", str(gpus),

@@ -151,6 +151,7 @@ async def measure(
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "token").write_text(TOKEN)
+        (tmp / "token").chmod(0o600)
         (tmp / "models").mkdir()
         (tmp / "models" / "model.gguf").touch()
         agent = await asyncio.create_subprocess_exec(

@@ -363,7 +363,15 @@ def _run(
         write_json(args.json_path, result, context)
     if args.csv_path:
         write_csv(args.csv_path, result.levels)
-    if recorder is not None:
+    if store is not None and store.unsaved:  # said above why (a full disk...)
+        err.print(
+            f"[red]error:[/] run {result.run_id} is only partly in the store: {store.unsaved} "
+            "rows could not be written; what was written is kept, and the run is listed "
+            "as interrupted",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif recorder is not None:
         why = f": {recorder.reason}" if recorder.reason else ""
         err.print(
             f"saved to the store as run {result.run_id} ({recorder.status}{why})",

@@ -167,11 +167,16 @@ def _node(raw: object, index: int, base: Path) -> NodeConfig:
         raise ConfigError(f"[[nodes]] entry {index + 1}: 'name' must be a non-empty string")
     transport, destination = _ssh(raw, name)
     url = raw.get("url", SSH_DEFAULT_URL if transport == "ssh" else None)
-    if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
+    try:
+        parsed = urlparse(url) if isinstance(url, str) else None
+        port = parsed.port if parsed else None
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range"
+        raise ConfigError(f"node {name!r}: 'url' {url!r}: {exc}") from None
+    if not isinstance(url, str) or parsed is None or parsed.scheme not in ("http", "https"):
         raise ConfigError(f"node {name!r}: 'url' must be an http:// or https:// URL, got {url!r}")
-    if not urlparse(url).hostname:
+    if not parsed.hostname:
         raise ConfigError(f"node {name!r}: 'url' {url!r} has no host")
-    if transport == "ssh" and urlparse(url).port is None:
+    if transport == "ssh" and port is None:
         raise ConfigError(f"node {name!r}: 'url' {url!r} needs the agent's port (ssh forwards it)")
     fingerprint, ca = _fingerprint(raw.get("fingerprint"), name), _path(raw, "ca", name, base)
     if fingerprint and ca:
@@ -203,13 +208,15 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"node names must be unique; repeated: {', '.join(dupes)}")
-    ui = data.get("ui", {})
-    refresh_s = DEFAULT_REFRESH_S
-    if isinstance(ui, dict):
-        refresh_s = float(ui.get("refresh_s", DEFAULT_REFRESH_S))
+    ui, store = _table(data, "ui"), _table(data, "store")
+    refresh_s = ui.get("refresh_s", DEFAULT_REFRESH_S)
+    if not isinstance(refresh_s, int | float) or isinstance(refresh_s, bool):
+        raise ConfigError(f"ui.refresh_s must be a number of seconds, got {refresh_s!r}")
     if not 0.02 <= refresh_s <= 5:
         raise ConfigError(f"ui.refresh_s {refresh_s} out of range 0.02-5 s")
-    db = os.environ.get("INFER_TOP_DB") or data.get("store", {}).get("path")
+    db = os.environ.get("INFER_TOP_DB") or store.get("path")
+    if db is not None and not isinstance(db, str):
+        raise ConfigError(f"store.path must be a path string, got {db!r}")
     db_path = Path(db).expanduser() if db else default_db_path()
     try:
         alerts = parse_alert_config(data.get("alerts"))
@@ -222,11 +229,18 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
     return Config(
         nodes=nodes,
         db_path=db_path,
-        refresh_s=refresh_s,
+        refresh_s=float(refresh_s),
         source=source,
         alerts=alerts,
         prices=prices,
     )
+
+
+def _table(data: dict[str, object], key: str) -> dict[str, object]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{key}] must be a table, got {value!r}")
+    return value
 
 
 def load_config(path: Path | None = None) -> Config:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -71,8 +72,10 @@ class StreamState:
         "done",
         "error_kind",
         "error_message",
+        "events",
         "finish_reason",
         "http_status",
+        "preview",
         "sent_perf",
         "server_decode_tok_s",
         "usage_completion_tokens",
@@ -84,6 +87,10 @@ class StreamState:
         self.chunk_perf: list[float] = []
         """Arrival time of every content chunk (role-only / usage chunks excluded)."""
         self.done = False
+        self.events = 0
+        """SSE data events read (any, content or not)."""
+        self.preview = bytearray()
+        """The answer's first bytes: what it was when it held no event."""
         self.finish_reason: str | None = None
         self.usage_prompt_tokens: int | None = None
         self.usage_completion_tokens: int | None = None
@@ -167,11 +174,12 @@ def _take_event(state: StreamState, payload: bytes | bytearray, now: float) -> N
     try:
         obj = _loads(payload)
     except ValueError as exc:
-        raise _BrokenStream(f"malformed SSE JSON: {exc}; data={payload[:120]!r}") from None
+        raise _ProtocolError(f"malformed SSE JSON: {exc}; data={payload[:120]!r}") from None
     if not isinstance(obj, dict):
-        raise _BrokenStream(f"SSE data is not an object: {payload[:120]!r}")
+        raise _ProtocolError(f"SSE data is not an object: {payload[:120]!r}")
+    state.events += 1
     if obj.get("error") is not None:
-        raise _BrokenStream(f"error event in stream: {str(obj['error'])[:300]}")
+        raise _EngineError(f"error event in stream: {str(obj['error'])[:300]}")
     choices = obj.get("choices")
     if choices and isinstance(choices, list) and isinstance(choices[0], dict):
         choice = choices[0]
@@ -213,7 +221,13 @@ class _BrokenStream(Exception):
 
 
 class _ProtocolError(Exception):
-    """The engine sent what the protocol cannot carry: an impossible value, an oversize line."""
+    """The engine sent what the protocol cannot carry: garbage, an impossible value, an
+    oversize line."""
+
+
+class _EngineError(Exception):
+    """A 2xx answer that is the engine's error (an error event, llama.cpp's ``error:`` line,
+    a JSON error body)."""
 
 
 class _NoResponseByte(Exception):
@@ -293,6 +307,8 @@ class StreamClient:
             state.fail(ErrorKind.BROKEN_STREAM, str(exc))
         except _ProtocolError as exc:
             state.fail(ErrorKind.PROTOCOL, str(exc))
+        except _EngineError as exc:
+            state.fail(ErrorKind.ENGINE_ERROR, str(exc))
         except aiohttp.ClientError as exc:
             state.fail(ErrorKind.BROKEN_STREAM, f"{type(exc).__name__}: {exc}")
         else:
@@ -302,7 +318,10 @@ class StreamClient:
     @staticmethod
     def _judge_end(state: StreamState) -> None:
         if not (state.done or state.finish_reason):
-            state.fail(ErrorKind.BROKEN_STREAM, "stream ended without [DONE] or finish_reason")
+            if state.events or not state.preview or _SSE_FIELD.match(state.preview):
+                state.fail(ErrorKind.BROKEN_STREAM, "stream ended without [DONE] or finish_reason")
+            else:
+                _judge_eventless(bytes(state.preview), state)
         elif not state.chunk_perf:
             state.fail(ErrorKind.NO_CONTENT, "the stream finished without a content chunk")
 
@@ -336,9 +355,27 @@ class StreamClient:
                 return
             try:
                 await _read_events(resp, state, self._limits.max_line_bytes)
-            except _ProtocolError:
+            except (_ProtocolError, _EngineError):
                 resp.close()  # closed, never pooled: the rest of the stream is junk
                 raise
+
+
+_SSE_FIELD = re.compile(rb"\s*(?::|data:|event:|id:|retry:)")
+"""An event stream's first line (a stream cut before its first event is broken, not garbage)."""
+
+
+def _judge_eventless(preview: bytes, state: StreamState) -> None:
+    """A 2xx answer that is no event stream at all: the engine's error as a JSON body, or
+    garbage."""
+    try:
+        obj = _loads(preview)
+    except ValueError:
+        obj = None
+    text = preview.decode("utf-8", "replace").strip()
+    if isinstance(obj, dict) and obj.get("error") is not None:
+        state.fail(ErrorKind.ENGINE_ERROR, f"HTTP {state.http_status} with an error: {text}")
+    else:
+        state.fail(ErrorKind.PROTOCOL, f"not an event stream (no SSE event): {text[:300]!r}")
 
 
 async def _preview(resp: aiohttp.ClientResponse) -> str:
@@ -358,6 +395,8 @@ async def _read_events(
     partial = bytearray()  # the current line's bytes from earlier reads
     offset = 0  # payload offset of ``data[0]``
     async for data in resp.content.iter_any():
+        if len(state.preview) < ERROR_BODY_PREVIEW_BYTES:
+            state.preview += data[: ERROR_BODY_PREVIEW_BYTES - len(state.preview)]
         start = 0
         while (nl := data.find(b"\n", start)) >= 0:
             if len(partial) + nl - start > max_line_bytes:
@@ -368,6 +407,8 @@ async def _read_events(
                 line, partial = partial, bytearray()
             if line.startswith(b"data:"):
                 _take_event(state, line[5:].strip(), arrived_by(offset + nl + 1))
+            elif line.startswith(b"error:"):  # llama.cpp's error in a stream
+                raise _EngineError(f"error in stream: {bytes(line[6:]).strip()[:300]!r}")
             start = nl + 1
         if len(partial) + len(data) - start > max_line_bytes:
             raise _ProtocolError(_too_long(max_line_bytes))

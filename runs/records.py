@@ -22,7 +22,8 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"
     BROKEN_STREAM = "broken_stream"  # the stream ended without [DONE] / finish
     NO_CONTENT = "no_content"  # 2xx but no content chunk at all
-    PROTOCOL = "protocol"  # impossible values (a negative count) or an oversize SSE line
+    ENGINE_ERROR = "engine_error"  # 2xx, but the engine's answer is its error
+    PROTOCOL = "protocol"  # garbage, impossible values (a negative count), an oversize line
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,8 @@ class Writer:
         self._held: list[_Rows] = []  # rows of failed transactions, in order
         self._held_count = 0
         self._last_error: StoreWriteError | None = None
+        self._last_cause: str | None = None
+        """SQLite's words for the failure now holding rows: logged once, not per retry."""
         self.rejected: list[tuple[str, tuple[Any, ...], str]] = []
         self._rejected_raised = 0
         self._closed = False
@@ -246,12 +248,16 @@ class Writer:
                     + " The rows are kept in memory and retried.",
                     unsaved=self._held_count,
                     rejected=len(self.rejected),
-                )
+                ),
+                cause=str(exc),
             )
             return False
+        if self._last_cause is not None:
+            log.warning("the store writes again: every held row is written")
         self._held.clear()
         self._held_count = 0
         self._last_error = None
+        self._last_cause = None
         return True
 
     def _transaction(self, batches: list[_Rows], one_by_one: bool = False) -> None:
@@ -291,11 +297,12 @@ class Writer:
                 )
             )
 
-    def _report(self, error: StoreWriteError) -> None:
-        first = self._last_error is None or str(self._last_error) != str(error)
-        self._last_error = error
-        if first:
+    def _report(self, error: StoreWriteError, cause: str | None = None) -> None:
+        """Log ``error`` (a retry of the same ``cause``, more rows held, only once) and hand
+        it to ``on_error``."""
+        if cause is None or cause != self._last_cause:
             log.error("%s", error)
+        self._last_error, self._last_cause = error, cause
         if self._on_error is not None:
             try:
                 self._on_error(error)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from engines.catalog.local import LlamacppSpec, OllamaSpec
 from engines.catalog.registry import all_specs, get_spec, kinds, register, unregister
 from engines.catalog.servers import LmdeploySpec, SglangSpec, TgiSpec, TrtllmSpec, VllmSpec
-from engines.catalog.spec import EngineSpec, env_file_text
+from engines.catalog.spec import ENV_UNSAFE_CHARS, EngineSpec, env_file_text
 from engines.catalog.types import (
     PLATFORMS,
     Health,
@@ -36,6 +36,7 @@ for _spec in (
     register(_spec)
 
 __all__ = [
+    "ENV_UNSAFE_CHARS",
     "PLATFORMS",
     "EngineSpec",
     "Health",

@@ -37,7 +37,9 @@ from engines.dialects import (
 )
 from engines.sample import EngineSample
 
-_ENV_FORBIDDEN = set('"\\$`\n\r\0')
+ENV_UNSAFE_CHARS = frozenset('"\\$`\n\r\0')
+"""What no value Compose reads (its environment, an env file) may hold: quoting and
+interpolation characters, line ends, NUL."""
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _VERSION_TEXT = re.compile(r"v?\d[A-Za-z0-9_.+-]{0,63}")
 _LOADING_WORDS = {"loading", "starting", "initializing", "warming_up", "warmup"}
@@ -54,7 +56,7 @@ def env_file_text(env: Mapping[str, str]) -> str:
     """
     lines = []
     for key, value in env.items():
-        if bad := _ENV_FORBIDDEN.intersection(value):
+        if bad := ENV_UNSAFE_CHARS.intersection(value):
             raise ValueError(f"env value for {key} contains {sorted(bad)!r}")
         lines.append(f'{key}="{value}"')
     return "\n".join(lines) + "\n"
@@ -277,7 +279,7 @@ class EngineSpec:
         env.update(self.switched(keyless)[1])  # the Compose file passes these through
         env.update(key_env)
         for key, value in env.items():
-            if bad := _ENV_FORBIDDEN.intersection(value):
+            if bad := ENV_UNSAFE_CHARS.intersection(value):
                 raise ValueError(f"{key} would contain {sorted(bad)!r}, unsafe in an env file")
         return env
 

@@ -42,6 +42,7 @@ def test_defaults_bind_loopback_and_missing_token_is_explained(
     assert "no token" in capsys.readouterr().err
     token_file = tmp_path / "tok"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
     config = config_from_args(
         build_parser().parse_args(
             ["--token-file", str(token_file), "--interval", "500ms", "--replay-trace"]
@@ -88,6 +89,7 @@ async def test_agent_process_serves_tls_with_the_token(
     cert, key = tls_pair
     token_file = tmp_path / "tok"
     token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -272,6 +272,7 @@ async def test_agent_process_killed_and_restarted_adopts_its_engine(
     """The acceptance path with a real agent process: SIGKILL, start again, adopted."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
     port = free_port()
     argv = [sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
             "--token-file", str(token_file), "--replay-trace", "--node-name", node,

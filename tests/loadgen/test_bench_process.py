@@ -156,10 +156,17 @@ def test_a_sigkilled_bench_is_marked_interrupted_when_the_store_next_opens(
         proc.kill()
         proc.communicate(timeout=30)
     stored = _stored(db)
+    conn = sqlite3.connect(db)  # as the kill left it: the WAL not yet checkpointed
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
     listed = _runs(db, "list")  # the first open after the kill
     with open_store(db) as st:
         (run,) = st.list_runs()
-        last_end = max(r.end_at or r.sent_at for r in st.iter_requests(run.run_id))
+        records = list(st.iter_requests(run.run_id))
+    last_end = max(r.end_at or r.sent_at for r in records)
+    assert all(r.ok and r.output_tokens == 25 for r in records)  # every finished one whole
     assert run.status == "interrupted" and run.finished_at == last_end
     assert run.request_count == stored >= 8
     row = next(line for line in listed.splitlines() if run.run_id in line)

@@ -189,13 +189,14 @@ async def test_a_48_mib_line_under_a_raised_limit_is_read_in_linear_time(
 @pytest.mark.parametrize(
     ("payload", "kind", "words"),
     [
-        (b"data: {not json\n\n", ErrorKind.BROKEN_STREAM, "malformed SSE JSON"),
+        (b"data: {not json\n\n", ErrorKind.PROTOCOL, "malformed SSE JSON"),
         (
             b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n',
             ErrorKind.BROKEN_STREAM,
             "without [DONE]",
         ),
-        (b'data: {"error":{"message":"KV cache full"}}\n\n', ErrorKind.BROKEN_STREAM, "KV cache"),
+        (b'data: {"error":{"message":"KV cache full"}}\n\n', ErrorKind.ENGINE_ERROR, "KV cache"),
+        (b": ping\n\n", ErrorKind.BROKEN_STREAM, "without [DONE]"),
     ],
 )
 async def test_broken_streams_are_failures_with_a_reason(

@@ -152,6 +152,7 @@ def agent_process(rig: Rig, workdir: Path) -> Iterator[AgentProcess]:
     node = f"rig{uuid.uuid4().hex[:8]}"
     token_file = workdir / "token"
     token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
     port = free_port()
     log = (workdir / "agent.log").open("wb")
     argv = [
