@@ -6,10 +6,10 @@ become the one run the recorder stores. Every finished request is re-tagged with
 merged run's id, a request number unique over the shares (``number * shares + share``)
 and the node that sent it, and goes to the recorder at once: the stored count is the
 count the nodes sent. A level's summary is computed from every share's raw records once
-all shares finished the level (``loadgen.stats.summarise_level``: percentiles of all
-requests, never an average of per-node percentiles); its window is put on the engine
-node's clock with the measured offsets, latencies stay on the clock of the node that
-sent each request.
+all shares finished the level (``loadgen.stats.LevelTally``, fed each record as it
+comes: exact percentiles of all requests, never an average of per-node percentiles);
+its window is put on the engine node's clock with the measured offsets, latencies stay
+on the clock of the node that sent each request.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from loadgen.profiles import LoadSpec
-from loadgen.stats import GapSample, quantile, summarise_level
+from loadgen.stats import LevelTally, StridedSample, quantile
 from runs.events import (
     LevelFinished,
     LevelProgress,
@@ -51,9 +51,9 @@ class ShareSink:
 
 @dataclass
 class _Level:
-    records: list[RequestRecord] = field(default_factory=list)
-    ttfts: list[float] = field(default_factory=list)
-    gaps: GapSample = field(default_factory=GapSample)
+    tally: LevelTally
+    ttfts: StridedSample = field(default_factory=StridedSample)
+    gaps: StridedSample = field(default_factory=StridedSample)
     progress: dict[int, LevelProgress] = field(default_factory=dict)
     started: set[int] = field(default_factory=set)
     finished: set[int] = field(default_factory=set)
@@ -76,7 +76,10 @@ class Merger:
         self.offsets = dict(clock_offsets_s)
         """Each load node's clock minus the run's timeline (the engine node's clock)."""
         self.record = record
-        self.levels = [_Level() for _ in spec.levels]
+        self.levels = [
+            _Level(LevelTally(i, level, spec.slo, self.offsets))
+            for i, level in enumerate(spec.levels)
+        ]
         self.summaries: list[LevelSummary] = []
         self.results: dict[int, RunResult] = {}
         self.warnings: list[str] = []
@@ -95,10 +98,10 @@ class Merger:
         )
         self.record.on_event(merged)
         level = self.levels[record.level_index]
-        level.records.append(merged)
+        level.tally.add(merged)
         if merged.ok and not merged.incomplete and not merged.warmup:
             if merged.ttft_s is not None:
-                level.ttfts.append(merged.ttft_s)
+                level.ttfts.add((merged.ttft_s,))
             level.gaps.add(merged.itl_s)
 
     def on_share_event(self, share: int, event: ProgressEvent) -> list[ProgressEvent]:
@@ -157,7 +160,7 @@ class Merger:
         for tick in ticks:
             for kind, n in tick.errors_by_kind.items():
                 errors[kind] = errors.get(kind, 0) + n
-        ttfts, gaps = sorted(level.ttfts), sorted(level.gaps.values)
+        ttfts, gaps = sorted(level.ttfts.values), sorted(level.gaps.values)
         return LevelProgress(
             level_index=index,
             completed=sum(t.completed for t in ticks),
@@ -174,11 +177,7 @@ class Merger:
         )
 
     def _level_finished(self, index: int) -> LevelFinished:
-        level = self.levels[index]
-        summary = summarise_level(
-            index, self.spec.levels[index], level.records, self.spec.slo, self.offsets
-        )
-        self.levels[index] = _Level()  # its records are stored: keep no copy
+        summary = self.levels[index].tally.summary()
         self.summaries.append(summary)
         finished = LevelFinished(summary)
         self.record.on_event(finished)

@@ -24,7 +24,7 @@ from loadgen.quirks import LoadQuirks, quirks_for
 from loadgen.setup import describe_run
 from loadgen.sinks import RecordSink
 from loadgen.sizing import sized_prompts
-from loadgen.stats import GapSample, quantile, summarise_level
+from loadgen.stats import LevelTally, StridedSample, quantile
 from loadgen.workload import PromptItem, PromptSource, Workload
 from runs.events import (
     LevelFinished,
@@ -126,7 +126,7 @@ async def run_load(
                 first_number=written,
             )
             summary = await runner.run()
-            written += len(runner.records)
+            written += runner.finished
             sink.level(summary)
             summaries.append(summary)
             emit(LevelFinished(summary))
@@ -159,7 +159,9 @@ class _LevelRun:
         self.sink, self.clock, self.emit = sink, clock, emit
         self.url = openai_stream.endpoint_url(target.url, target.chat)
         self.first_number = first_number
-        self.records: list[RequestRecord] = []
+        self.tally = LevelTally(index, level, spec.slo)
+        """The level's summary so far: no record is kept (a long level would not fit)."""
+        self.finished = 0
         self.issued = 0
         self.measured_issued = 0
         self.in_flight = 0
@@ -168,8 +170,8 @@ class _LevelRun:
         self.errors: Counter[str] = Counter()
         self.cut = 0
         self.tasks: set[asyncio.Task[None]] = set()
-        self.ttfts: list[float] = []
-        self.itls = GapSample()
+        self.ttfts = StridedSample()
+        self.itls = StridedSample()
         self.token_marks: deque[tuple[float, int]] = deque()
 
     # -- when to stop -------------------------------------------------------
@@ -233,7 +235,7 @@ class _LevelRun:
         finally:
             ticker.cancel()
         self._progress()
-        return summarise_level(self.index, level, self.records, self.spec.slo)
+        return self.tally.summary()
 
     async def _closed(self, level: ClosedLoop) -> None:
         async def worker() -> None:
@@ -346,7 +348,8 @@ class _LevelRun:
         )
 
     def _keep(self, record: RequestRecord) -> None:
-        self.records.append(record)
+        self.finished += 1
+        self.tally.add(record)
         self.emit(record)  # first: a sink that fails (a full disk) keeps it from no one else
         self.sink.write(record)
         if record.warmup:
@@ -358,7 +361,7 @@ class _LevelRun:
             self.errors[str(record.error_kind)] += 1
             return
         if record.ttft_s is not None:
-            self.ttfts.append(record.ttft_s)
+            self.ttfts.add((record.ttft_s,))
         self.itls.add(record.itl_s)
         self.token_marks.append((time.perf_counter(), record.output_tokens))
 
@@ -374,12 +377,12 @@ class _LevelRun:
         while marks and marks[0][0] < now - LIVE_RATE_WINDOW_S:
             marks.popleft()
         span = min(LIVE_RATE_WINDOW_S, now - self.start)
-        ordered = sorted(self.ttfts)
+        ordered = sorted(self.ttfts.values)
         gaps = sorted(self.itls.values)
         self.emit(
             LevelProgress(
                 level_index=self.index,
-                completed=len(ordered),
+                completed=self.tally.completed,
                 failed=sum(self.errors.values()),
                 incomplete=self.cut,
                 in_flight=self.in_flight,
