@@ -23,7 +23,7 @@ from rich.progress import (
 )
 
 from agents.client import AgentError
-from control.bench_args import float_list, int_list, names, percent
+from control.bench_args import float_list, int_list, names, percent, positive
 from control.bench_output import (
     LiveBar,
     close_outputs,
@@ -31,6 +31,7 @@ from control.bench_output import (
     print_summary,
     too_many_failures,
 )
+from control.bench_workers import bench_workers
 from control.config import ConfigError
 from control.distributed import bench_distributed, split_spec
 from control.noderuns import NodeRunEnded, bench_on_node
@@ -128,6 +129,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--stall-timeout", type=duration_arg, default=60.0, help="max gap between bytes"
     )
     lp.add_argument("--slo", type=str, default=None, help="e.g. ttft=500ms,tpot=50ms")
+    lp.add_argument(
+        "--workers",
+        type=positive,
+        default=1,
+        help="spread the run over this many load-generator processes here (one per core; "
+        "one run, percentiles from every worker's requests)",
+    )
     w = p.add_argument_group("workload")
     w.add_argument("--input-len", type=int, default=512, help="prompt tokens")
     w.add_argument("--output-len", type=int, default=128, help="output tokens")
@@ -216,6 +224,12 @@ def run(args: argparse.Namespace) -> int:
     if (args.via_proxy or args.load_nodes) and args.node is None:
         err.print("[red]error:[/] --via-proxy and --load-nodes go with --node and --engine-id")
         return 2
+    if args.workers > 1 and args.node is not None and not args.via_proxy:
+        err.print(
+            "[red]error:[/] --workers spreads a run generated here: it goes with --url or "
+            "--via-proxy (a run on the node, or over --load-nodes, is the node's agent's)"
+        )
+        return 2
     if args.via_proxy and args.load_nodes:
         err.print("[red]error:[/] --load-nodes generates the load on those nodes: no --via-proxy")
         return 2
@@ -245,6 +259,12 @@ def _run(
         PromptSource(workload)  # an unreadable dataset is bad input, found before any request
     except WorkloadError as exc:
         err.print(f"[red]error:[/] {exc}")
+        return 2
+    try:
+        if args.workers > 1:
+            split_spec(spec, args.workers)  # each worker's share is a valid profile
+    except ProfileError as exc:
+        err.print(f"[red]error:[/] --workers {args.workers}: {exc}")
         return 2
     try:
         checked = run_in_new_loop(
@@ -324,6 +344,10 @@ def _run(
                     args.config, args.node, args.engine_id, spec, workload, emit_node,
                     model=target.model, chat=target.chat, name=args.name,
                 )  # fmt: skip
+            elif args.workers > 1:
+                running = bench_workers(
+                    spec, workload, target, args.workers, emit_node, setup=setup
+                )
             else:
                 running = run_load(
                     spec, workload, target, sink, emit, run_id=new_run_id(), setup=setup

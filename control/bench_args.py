@@ -15,6 +15,16 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):

@@ -71,8 +71,15 @@ class Merger:
         nodes: Sequence[str],
         clock_offsets_s: Mapping[str, float],
         record: RunEventSink,
+        *,
+        kind: str = "load node",
+        tag_records: bool = True,
     ) -> None:
+        """``kind`` names a share in messages ("load node a"); ``tag_records``: each
+        record says which load node sent it (its times are on that node's clock), left
+        out where every share ran on this machine (``--workers``)."""
         self.run_id, self.spec, self.shares, self.nodes = run_id, spec, shares, nodes
+        self.kind, self.tag_records = kind, tag_records
         self.offsets = dict(clock_offsets_s)
         """Each load node's clock minus the run's timeline (the engine node's clock)."""
         self.record = record
@@ -83,9 +90,13 @@ class Merger:
         self.summaries: list[LevelSummary] = []
         self.results: dict[int, RunResult] = {}
         self.warnings: list[str] = []
+        self.said: tuple[str, ...] = ()
+        """The merged run's own warnings, given as it started."""
         self.ended: ProgressEvent | None = None
 
     def start(self, started: RunStarted) -> RunStarted:
+        self.said = started.warnings
+        self.warnings = list(started.warnings)
         self.record.on_event(started)
         return started
 
@@ -94,7 +105,7 @@ class Merger:
             record,
             run_id=self.run_id,
             request_index=record.request_index * len(self.shares) + share,
-            load_node=self.nodes[share],
+            load_node=self.nodes[share] if self.tag_records else None,
         )
         self.record.on_event(merged)
         level = self.levels[record.level_index]
@@ -110,7 +121,10 @@ class Merger:
         (the caller stops the other shares, then calls ``end``)."""
         match event:
             case RunStarted(warnings=warnings):
-                self.warnings += [f"{self.nodes[share]}: {w}" for w in warnings]
+                # a share's warning the merged run already gives (prompt sizing) once
+                self.warnings += [
+                    f"{self.share_name(share)}: {w}" for w in warnings if w not in self.said
+                ]
                 return []
             case LevelStarted(level_index=index):
                 level = self.levels[index]
@@ -129,10 +143,13 @@ class Merger:
                 self.results[share] = result
                 return [self._finish()] if len(self.results) == len(self.shares) else []
             case RunFailed(message=message):
-                return [RunFailed(f"load node {self.nodes[share]}: {message}")]
+                return [RunFailed(f"{self.share_name(share)}: {message}")]
             case RunInterrupted(reason=reason):
-                return [RunInterrupted(f"load node {self.nodes[share]}: {reason}")]
+                return [RunInterrupted(f"{self.share_name(share)}: {reason}")]
         return []
+
+    def share_name(self, share: int) -> str:
+        return f"{self.kind} {self.nodes[share]}"
 
     def end(self, event: RunFailed | RunInterrupted) -> ProgressEvent:
         """End the merged run so; call it once every share stopped (their cut requests

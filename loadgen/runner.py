@@ -8,7 +8,6 @@ runs the client.  Every finished request goes to the sink at once.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -96,7 +95,7 @@ async def run_load(
     warnings = tuple(w for w in (quirks.length_warning(), fds, sized.warning) if w)
     clock = RunClock()
     setup = setup or describe_run(spec, workload, target, origin="script")
-    setup = dataclasses.replace(setup, workload={**setup.workload, "sizing": sized.text})
+    setup = sized.describe(setup)
     emit(RunStarted(run_id, len(spec.levels), warnings, setup, clock.wall0))
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     limits = openai_stream.ClientLimits(

@@ -26,6 +26,7 @@ from engines.catalog import get_spec
 from engines.catalog.types import TokenizeRoute
 from loadgen import openai_stream
 from loadgen.workload import WORDS, PromptSource, Workload
+from runs.setup import RunSetup
 
 if TYPE_CHECKING:
     from loadgen.runner import Target
@@ -97,6 +98,10 @@ class SizedPrompts:
     """How the prompts were sized, for the stored run and the summary."""
     warning: str | None = None
     """Set when the prompts could not be sized in tokens."""
+
+    def describe(self, setup: RunSetup) -> RunSetup:
+        """``setup`` saying how the run's prompts were sized."""
+        return dataclasses.replace(setup, workload={**setup.workload, "sizing": self.text})
 
 
 _CACHE: dict[tuple[str, str, str, bool], Sizing] = {}
