@@ -141,7 +141,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument("--output-len", type=int, default=128, help="output tokens")
     w.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
     w.add_argument("--shared-prefix-len", type=int, default=0, help="tokens shared by all")
-    w.add_argument("--dataset", default=None, help="ShareGPT-format JSON file of prompts")
+    w.add_argument(
+        "--dataset",
+        default=None,
+        help="prompts from a file, read streaming: a ShareGPT JSON list, or JSONL (ShareGPT "
+        'conversations, or {"prompt": ..., "output_len": N, "input_len": N} with optional '
+        "lengths); stored by name and SHA-256",
+    )
+    w.add_argument(
+        "--on-bad-line",
+        choices=["fail", "skip"],
+        default="fail",
+        help="a malformed dataset line (reported with its number) fails the run before it "
+        "starts (default), or is skipped and named in the warnings",
+    )
     w.add_argument(
         "--seed",
         type=int,
@@ -200,6 +213,7 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
         range_ratio=args.range_ratio,
         shared_prefix_len=args.shared_prefix_len,
         dataset=args.dataset,
+        on_bad_line=args.on_bad_line,
         seed=args.seed,
     )
     key = args.api_key or os.environ.get(API_KEY_ENV) or None

@@ -128,11 +128,19 @@ def split_spec(spec: LoadSpec, shares: int) -> tuple[LoadSpec, ...]:
 
 def split_workload(workload: Workload, shares: int) -> tuple[Workload, ...]:
     """Share ``i`` draws its prompts with seed ``workload.seed + i`` (or its own salt when
-    the prompts are fresh): the nodes do not send the same prompts (an engine's prefix
-    cache would flatter the run)."""
-    if workload.seed is None:
-        return tuple(replace(workload, salt=f"{workload.salt}-{i}") for i in range(shares))
-    return tuple(replace(workload, seed=workload.seed + i) for i in range(shares))
+    the prompts are fresh) and sends every ``shares``-th dataset entry from the ``i``-th:
+    the shares do not send the same prompts (an engine's prefix cache would flatter the
+    run)."""
+    return tuple(
+        replace(
+            workload,
+            salt=workload.salt if workload.seed is not None else f"{workload.salt}-{i}",
+            seed=None if workload.seed is None else workload.seed + i,
+            dataset_part=i,
+            dataset_parts=shares,
+        )
+        for i in range(shares)
+    )
 
 
 async def run_distributed(

@@ -8,6 +8,7 @@ runs the client.  Every finished request goes to the sink at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -106,7 +107,9 @@ async def run_load(
     )
     summaries: list[LevelSummary] = []
     written = 0
-    async with openai_stream.StreamClient(limits, headers) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(prompts.close)
+        client = await stack.enter_async_context(openai_stream.StreamClient(limits, headers))
         if start_at is not None:
             await asyncio.sleep(max(0.0, start_at - time.time()))
         for index, level in enumerate(spec.levels):

@@ -23,7 +23,7 @@ async def test_two_workers_make_one_run_with_percentiles_of_all_records(
     stored records, not an average of the two workers' figures."""
     server = sched_server(*SPREAD)
     db = tmp_path / "runs.db"
-    code, out, err = await bench(
+    code, _, err = await bench(
         "--url", server.url, "--model", "m", "--concurrency", "4,8", "--requests", "48",
         "--input-len", "8", "--output-len", "6", "--workers", "2",
         "--save", "--db", str(db),
