@@ -18,6 +18,7 @@ import pytest
 from loadgen import PromptSource, Workload, WorkloadError, datasets, read_jsonl
 from sim import RunningSim
 from store import open_store
+from store.queries import measured_workload
 from tests.loadgen.conftest import bench
 from tests.loadgen.test_llama_server_live import _wait_health
 
@@ -239,3 +240,13 @@ async def test_datasets_against_the_rigs_llama_server(llama_server: str, tmp_pat
     )  # fmt: skip
     assert code == 0, err
     assert "dataset prompts, as sharegpt.json has them" in " ".join(out.split())
+
+
+def test_compare_tells_datasets_apart_by_content_not_path() -> None:
+    """The same file under two paths is one workload; an edited file is another."""
+    base = {"input_len": 512, "output_len": 128, "dataset": "/a/prompts.jsonl"}
+    one = {**base, "dataset_id": {"name": "prompts.jsonl", "sha256": "0" * 64}}
+    moved = {**one, "dataset": "/b/prompts.jsonl", "dataset_read": {"bad_count": 0}}
+    edited = {**one, "dataset_id": {"name": "prompts.jsonl", "sha256": "1" * 64}}
+    assert measured_workload(one) == measured_workload(moved)
+    assert measured_workload(one) != measured_workload(edited)
