@@ -12,7 +12,7 @@ sampled every 0.2 s with psutil (the tree's sum).  The server is
 open stream, as a batching engine's decode step, cheap enough that what the client does
 not receive is the client's limit (its late steps are reported).
 
-1. streams: ``--concurrency 10000`` against 1 s steps and 12-token answers; peak open
+1. streams: ``--concurrency 10000`` against 1 s steps and 40-token answers (40 s each); peak open
    streams from the records (send to last chunk), failures, client peak RSS.
 2. offered: 256 streams × 200 tok/s = 51,200 tok/s offered, a 20 s level of 200-token
    answers; achieved = tokens the client received (from the records: first token plus
@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,16 +134,20 @@ def run_client(tree: Path, argv: list[str], timeout_s: float) -> Client:
     return client
 
 
-def peak_open(jsonl: Path) -> tuple[int, int, int]:
-    """Peak open streams (send to last chunk), completed and failed requests."""
+def peak_open(jsonl: Path) -> tuple[int, int, int, str]:
+    """Peak open streams (send to last chunk), completed and failed requests, the most
+    common failure."""
     records, _ = read_jsonl(jsonl)
+    errors = Counter(f"{r.error_kind}: {r.error_message}" for r in records if not r.ok)
     ended = [r for r in records if r.end_at is not None]
     edges = sorted([(r.sent_at, 1) for r in ended] + [(r.end_at or 0.0, -1) for r in ended])
     open_now = peak = 0
     for _, step in edges:
         open_now += step
         peak = max(peak, open_now)
-    return peak, sum(r.ok and not r.incomplete for r in records), sum(not r.ok for r in records)
+    done = sum(r.ok and not r.incomplete for r in records)
+    top = "; ".join(f"{n} × {e}" for e, n in errors.most_common(2))
+    return peak, done, sum(not r.ok for r in records), top
 
 
 def streams(count: int, work: Path) -> dict[str, Any]:
@@ -151,12 +156,12 @@ def streams(count: int, work: Path) -> dict[str, Any]:
     try:
         client = run_client(ROOT, ["--url", server.url, "--model", "m",
                                    "--concurrency", str(count), "--requests", str(count),
-                                   "--input-len", "8", "--output-len", "12",
+                                   "--input-len", "8", "--output-len", "40",
                                    "--timeout", "300", "--jsonl", str(jsonl)], 900)  # fmt: skip
     finally:
         server.stop()
-    peak, done, failed = peak_open(jsonl)
-    return {"count": count, "peak": peak, "completed": done, "failed": failed,
+    peak, done, failed, top = peak_open(jsonl)
+    return {"count": count, "peak": peak, "completed": done, "failed": failed, "errors": top,
             "rss_mib": client.peak_rss / 2**20, "cpu_s": client.cpu_s, "code": client.code,
             "stderr": client.stderr if client.code else ""}  # fmt: skip
 
@@ -260,8 +265,9 @@ def report(out: dict[str, Any], started: dt.datetime, load0: float) -> None:
     if "streams" in out:
         s = out["streams"]
         print(f"Streams: peak **{s['peak']:,}** open streams in one process (of {s['count']:,}), "
-              f"{s['completed']:,} completed, {s['failed']:,} failed, client peak RSS "
-              f"{s['rss_mib']:.0f} MiB, CPU {s['cpu_s']:.1f} s. {s['stderr']}\n")  # fmt: skip
+              f"{s['completed']:,} completed, {s['failed']:,} failed {s['errors']}, client "
+              f"peak RSS {s['rss_mib']:.0f} MiB, CPU {s['cpu_s']:.1f} s. "
+              f"{s['stderr']}\n")  # fmt: skip
     if "offered" in out:
         print("| client | workers | load avg | received tok/s | share of 51,200 | "
               "CPU s / 1k tok | server late steps |")  # fmt: skip
