@@ -73,9 +73,9 @@ class StepServer:
             raise RuntimeError(f"step server did not start: {line!r}")
         self.url = f"http://127.0.0.1:{int(line.split()[1])}"
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
         with urllib.request.urlopen(self.url + "/_stats", timeout=30) as resp:
-            data: dict[str, int] = json.load(resp)
+            data: dict[str, float] = json.load(resp)
         return data
 
     def stop(self) -> None:
@@ -202,6 +202,8 @@ def offered(tree: Path, workers: int, work: Path) -> dict[str, Any]:
     return {"tree": str(tree), "workers": workers, "tok_s": rate, "share": rate / OFFERED_TOK_S,
             "cpu_per_1k": client.cpu_s / max(tokens, 1) * 1000, "tokens": tokens,
             "cpu_s": client.cpu_s, "late_steps": stats["late_steps"], "steps": stats["steps"],
+            "server_cpu_s": stats["cpu_s"], "server_chunks": stats["chunks"],
+            "wall_s": client.rss[-1][0] if client.rss else 0.0,
             "load": os.getloadavg()[0], "code": client.code,
             "stderr": client.stderr if client.code else ""}  # fmt: skip
 
@@ -270,12 +272,16 @@ def report(out: dict[str, Any], started: dt.datetime, load0: float) -> None:
               f"{s['stderr']}\n")  # fmt: skip
     if "offered" in out:
         print("| client | workers | load avg | received tok/s | share of 51,200 | "
-              "CPU s / 1k tok | server late steps |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|")
+              "CPU s / 1k tok | client CPU | server CPU | server sent tok/s | "
+              "server steps > 5 ms late |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for o in out["offered"]:
+            wall = max(o["wall_s"], 1e-9)
             print(f"| {Path(o['tree']).name} | {o['workers']} | {o['load']:.1f} | "
                   f"{o['tok_s']:,.0f} | {o['share']:.0%} | {o['cpu_per_1k']:.4f} | "
-                  f"{o['late_steps']} of {o['steps']} |")  # fmt: skip
+                  f"{o['cpu_s'] / wall:.0%} of a core | {o['server_cpu_s'] / wall:.0%} | "
+                  f"{o['server_chunks'] / (o['steps'] * STEP_MS / 1000):,.0f} | "
+                  f"{o['late_steps']:.0f} of {o['steps']:.0f} |")  # fmt: skip
         for o in out["offered"]:
             if o["stderr"]:
                 print(f"\n{Path(o['tree']).name} x{o['workers']} exited {o['code']}: {o['stderr']}")

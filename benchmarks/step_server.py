@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import socket
+import time
 from typing import Any
 
 HEAD_END = b"\r\n\r\n"
@@ -127,7 +128,8 @@ class Conn(asyncio.Protocol):
         self.busy = True
         if method == "GET":
             srv = self.server
-            stats = {"chunks": srv.chunks, "steps": srv.steps, "late_steps": srv.late_steps}
+            stats = {"chunks": srv.chunks, "steps": srv.steps, "late_steps": srv.late_steps,
+                     "cpu_s": time.process_time()}  # fmt: skip
             answers = {
                 "/v1/models": {"object": "list", "data": [{"id": "m", "object": "model"}]},
                 "/health": {"status": "ok"},

@@ -28,8 +28,9 @@ from runs.records import Percentiles
 QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
 BLOCK_VALUES = 65_536
 """Values held in memory per metric before they go to the file (512 KiB)."""
-FINISH_BLOCK_VALUES = 524_288
-"""Values sorted at once at the end (a transient 4 MiB array and its sorted list)."""
+FINISH_BLOCK_VALUES = 262_144
+"""Values sorted at once at the end (a transient 2 MiB array and its sorted list, about
+10 MiB more)."""
 _SIGN = 1 << 63
 _MASK = (1 << 64) - 1
 
