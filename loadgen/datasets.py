@@ -208,15 +208,17 @@ class DatasetReader:
         self._recent.clear()
 
     def _read(self) -> DatasetEntry:
-        assert self._items is not None
-        for item in self._items:
-            if isinstance(item, DatasetEntry):
-                return item
-            if isinstance(item, _Bad) and (self.on_bad_line == "fail" or item.fatal):
-                # the file changed since the scan that found it whole
-                raise WorkloadError(_bad_words(self.path, item, fail=True))
-        self._reopen()  # the end: cycle (the scan found at least one entry)
-        return self._read()
+        for cycle in (False, True):
+            assert self._items is not None
+            for item in self._items:
+                if isinstance(item, DatasetEntry):
+                    return item
+                if isinstance(item, _Bad) and (self.on_bad_line == "fail" or item.fatal):
+                    # the file changed since the scan that found it whole
+                    raise WorkloadError(_bad_words(self.path, item, fail=True))
+            if not cycle:
+                self._reopen()  # the end: from the start again
+        raise WorkloadError(f"{self.path}: no prompt left to send (the file changed)")
 
     def close(self) -> None:
         if self._file is not None:
