@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import os
 import sys
-from pathlib import Path
 
 import aiohttp
 from rich.console import Console
@@ -23,7 +22,7 @@ from rich.progress import (
 )
 
 from agents.client import AgentError
-from control.bench_args import float_list, int_list, names, percent
+from control.bench_args import API_KEY_ENV, add_arguments
 from control.bench_output import (
     LiveBar,
     close_outputs,
@@ -31,6 +30,7 @@ from control.bench_output import (
     print_summary,
     too_many_failures,
 )
+from control.bench_workers import bench_workers
 from control.config import ConfigError
 from control.distributed import bench_distributed, split_spec
 from control.noderuns import NodeRunEnded, bench_on_node
@@ -48,7 +48,6 @@ from loadgen.profiles import (
     concurrency_sweep,
     parse_slo,
 )
-from loadgen.quirks import known_kinds
 from loadgen.report import write_csv, write_json
 from loadgen.runner import Target, run_load
 from loadgen.setup import describe_run, plain
@@ -60,12 +59,10 @@ from runs.events import (
     RunInterrupted,
 )
 from runs.records import RequestRecord
-from runs.units import duration_arg, parse_duration_s
+from runs.units import parse_duration_s
 from store import RunRecorder
 
-API_KEY_ENV = "INFER_TOP_API_KEY"
 DEFAULT_REQUESTS = 64
-DEFAULT_MAX_FAILURE_PCT = 10.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -75,87 +72,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Stream requests at an OpenAI-compatible engine and report TTFT, TPOT, "
         "ITL, E2E, throughput, goodput and failures per level (vLLM metric definitions).",
     )
-    t = p.add_argument_group(
-        "target",
-        "either --url (the engine's own address) or --node and --engine-id (an engine an "
-        "agent runs: the load is generated on that node, next to the engine, and streamed "
-        "back; with --via-proxy it is generated here and sent through the agent's proxy)",
-    )
-    t.add_argument("--url", help="engine base URL, e.g. http://127.0.0.1:8080")
-    t.add_argument("--node", help="a node named in the config file (see --config)")
-    t.add_argument("--engine-id", help="the deployment id of an engine on --node")
-    t.add_argument("--config", type=Path, default=None, help="config file naming the nodes")
-    t.add_argument(
-        "--via-proxy",
-        action="store_true",
-        help="with --node: generate the load here, through the agent's proxy (path proxied)",
-    )
-    t.add_argument(
-        "--load-nodes",
-        type=names,
-        default=None,
-        help="with --node: split the run over these nodes' agents, e.g. a,b (one run, "
-        "concurrency or rate divided between them, started together on clocks measured "
-        "here; --node's own agent loads it over loopback, the others through its proxy)",
-    )
-    t.add_argument("--model", help="model name the engine serves (default: the engine's)")
-    t.add_argument(
-        "--engine",
-        default=None,
-        choices=known_kinds(),
-        help="engine kind (default: detected from its /metrics, else openai)",
-    )
-    t.add_argument("--api-key", default=None, help=f"bearer key (better: ${API_KEY_ENV})")
-    t.add_argument("--completions", action="store_true", help="use /v1/completions, not chat")
-    lp = p.add_argument_group("load profile")
-    mode = lp.add_mutually_exclusive_group()
-    mode.add_argument("--concurrency", type=int_list, help="closed-loop levels, e.g. 1,2,4,8")
-    mode.add_argument("--rate", type=float_list, help="open-loop request rates (req/s)")
-    lp.add_argument("--arrival", choices=[a.value for a in Arrival], default="poisson")
-    lp.add_argument("--burstiness", type=float, default=1.0, help="gamma shape (1 = Poisson)")
-    lp.add_argument("--max-concurrency", type=int, default=None, help="cap for --rate levels")
-    lp.add_argument("--requests", type=int, default=None, help="measured requests per level")
-    lp.add_argument(
-        "--min-requests-per-client",
-        type=int,
-        default=0,
-        help="with --concurrency: each level sends at least this many per client",
-    )
-    lp.add_argument("--duration", type=duration_arg, default=None, help="per level, e.g. 30s")
-    lp.add_argument("--warmup", default="0", help="warm-up per level: a count (8) or time (5s)")
-    lp.add_argument("--timeout", type=duration_arg, default=600.0, help="per-request limit")
-    lp.add_argument(
-        "--stall-timeout", type=duration_arg, default=60.0, help="max gap between bytes"
-    )
-    lp.add_argument("--slo", type=str, default=None, help="e.g. ttft=500ms,tpot=50ms")
-    w = p.add_argument_group("workload")
-    w.add_argument("--input-len", type=int, default=512, help="prompt tokens")
-    w.add_argument("--output-len", type=int, default=128, help="output tokens")
-    w.add_argument("--range-ratio", type=float, default=0.0, help="lengths in [L(1-r), L(1+r)]")
-    w.add_argument("--shared-prefix-len", type=int, default=0, help="tokens shared by all")
-    w.add_argument("--dataset", default=None, help="ShareGPT-format JSON file of prompts")
-    w.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="send the same prompts as another run with this seed (default: fresh prompts "
-        "every run, so no run is served from an earlier run's prefix cache)",
-    )
-    o = p.add_argument_group("output")
-    o.add_argument("--json", dest="json_path", help="write the run summary as JSON")
-    o.add_argument("--csv", dest="csv_path", help="write one CSV row per level")
-    o.add_argument("--jsonl", dest="jsonl_path", help="stream every request record to JSONL")
-    o.add_argument("--save", action="store_true", help="save the run to the infer-top store")
-    o.add_argument("--db", default=None, help="store path (default $INFER_TOP_DB / XDG data)")
-    o.add_argument("--name", default=None, help="run name in the store")
-    o.add_argument("--quiet", action="store_true", help="no live progress bar")
-    o.add_argument(
-        "--max-failure-pct",
-        type=percent,
-        default=DEFAULT_MAX_FAILURE_PCT,
-        help="exit 1 when more than this percentage of the measured requests failed "
-        f"(default {DEFAULT_MAX_FAILURE_PCT:g}); the message counts the failures by kind",
-    )
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -192,6 +109,7 @@ def build(args: argparse.Namespace) -> tuple[LoadSpec, Workload, Target]:
         range_ratio=args.range_ratio,
         shared_prefix_len=args.shared_prefix_len,
         dataset=args.dataset,
+        on_bad_line=args.on_bad_line,
         seed=args.seed,
     )
     key = args.api_key or os.environ.get(API_KEY_ENV) or None
@@ -215,6 +133,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if (args.via_proxy or args.load_nodes) and args.node is None:
         err.print("[red]error:[/] --via-proxy and --load-nodes go with --node and --engine-id")
+        return 2
+    if args.workers > 1 and args.node is not None and not args.via_proxy:
+        err.print(
+            "[red]error:[/] --workers spreads a run generated here: it goes with --url or "
+            "--via-proxy (a run on the node, or over --load-nodes, is the node's agent's)"
+        )
         return 2
     if args.via_proxy and args.load_nodes:
         err.print("[red]error:[/] --load-nodes generates the load on those nodes: no --via-proxy")
@@ -245,6 +169,12 @@ def _run(
         PromptSource(workload)  # an unreadable dataset is bad input, found before any request
     except WorkloadError as exc:
         err.print(f"[red]error:[/] {exc}")
+        return 2
+    try:
+        if args.workers > 1:
+            split_spec(spec, args.workers)  # each worker's share is a valid profile
+    except ProfileError as exc:
+        err.print(f"[red]error:[/] --workers {args.workers}: {exc}")
         return 2
     try:
         checked = run_in_new_loop(
@@ -324,6 +254,10 @@ def _run(
                     args.config, args.node, args.engine_id, spec, workload, emit_node,
                     model=target.model, chat=target.chat, name=args.name,
                 )  # fmt: skip
+            elif args.workers > 1:
+                running = bench_workers(
+                    spec, workload, target, args.workers, emit_node, setup=setup
+                )
             else:
                 running = run_load(
                     spec, workload, target, sink, emit, run_id=new_run_id(), setup=setup

@@ -128,11 +128,19 @@ def split_spec(spec: LoadSpec, shares: int) -> tuple[LoadSpec, ...]:
 
 def split_workload(workload: Workload, shares: int) -> tuple[Workload, ...]:
     """Share ``i`` draws its prompts with seed ``workload.seed + i`` (or its own salt when
-    the prompts are fresh): the nodes do not send the same prompts (an engine's prefix
-    cache would flatter the run)."""
-    if workload.seed is None:
-        return tuple(replace(workload, salt=f"{workload.salt}-{i}") for i in range(shares))
-    return tuple(replace(workload, seed=workload.seed + i) for i in range(shares))
+    the prompts are fresh) and sends every ``shares``-th dataset entry from the ``i``-th:
+    the shares do not send the same prompts (an engine's prefix cache would flatter the
+    run)."""
+    return tuple(
+        replace(
+            workload,
+            salt=workload.salt if workload.seed is not None else f"{workload.salt}-{i}",
+            seed=None if workload.seed is None else workload.seed + i,
+            dataset_part=i,
+            dataset_parts=shares,
+        )
+        for i in range(shares)
+    )
 
 
 async def run_distributed(
@@ -219,21 +227,25 @@ async def run_distributed(
             refused = names[len(started)]
             yield merger.end(RunFailed(f"load node {refused} refused its share: {exc}"))
             return
-        events = _follow_shares(merger, [(clients[names[i]], i, r) for i, r in started])
+        events = follow_shares(
+            merger,
+            [follow_node_run(clients[names[i]], r, ShareSink(merger, i)) for i, r in started],
+        )
         async with contextlib.aclosing(events):
             async for event in events:
                 yield event
 
 
-async def _follow_shares(
-    merger: Merger, runs: Sequence[tuple[AgentClient, int, str]]
+async def follow_shares(
+    merger: Merger, runs: Sequence[AsyncGenerator[ProgressEvent, None]]
 ) -> AsyncGenerator[ProgressEvent, None]:
-    """Follow every share's node run at once, merging their events; a share that fails
-    or is stopped stops the others, and the run ends with its words."""
+    """Follow every share's run at once (share ``i``'s events from ``runs[i]``, its
+    records to ``ShareSink(merger, i)``), merging their events; a share that fails or is
+    stopped stops the others (closing its generator stops it, its cut requests kept),
+    and the run ends with its words."""
     queue: asyncio.Queue[tuple[int, ProgressEvent | Exception]] = asyncio.Queue()
 
-    async def pump(client: AgentClient, share: int, run_id: str) -> None:
-        events = follow_node_run(client, run_id, ShareSink(merger, share))
+    async def pump(share: int, events: AsyncGenerator[ProgressEvent, None]) -> None:
         try:
             async with contextlib.aclosing(events):
                 async for event in events:
@@ -241,9 +253,9 @@ async def _follow_shares(
         except Exception as exc:  # a bug or an undecodable event: the run ends with it
             await queue.put((share, exc))
 
-    tasks = [asyncio.create_task(pump(*run)) for run in runs]
+    tasks = [asyncio.create_task(pump(i, run)) for i, run in enumerate(runs)]
 
-    async def stop_all() -> None:  # each share stops on its node, its cut requests kept
+    async def stop_all() -> None:  # each share stops, its cut requests kept
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -252,7 +264,7 @@ async def _follow_shares(
         while merger.ended is None:
             share, item = await queue.get()
             merged: list[ProgressEvent] = (
-                [RunFailed(f"load node {merger.nodes[share]}: {item!r}")]
+                [RunFailed(f"{merger.share_name(share)}: {item!r}")]
                 if isinstance(item, Exception)
                 else merger.on_share_event(share, item)
             )
@@ -264,7 +276,7 @@ async def _follow_shares(
                 yield event
     finally:
         await stop_all()
-        merger.end(RunInterrupted("stopped before the end: every load node's share stopped"))
+        merger.end(RunInterrupted(f"stopped before the end: every {merger.kind}'s share stopped"))
 
 
 async def bench_distributed(

@@ -6,10 +6,10 @@ become the one run the recorder stores. Every finished request is re-tagged with
 merged run's id, a request number unique over the shares (``number * shares + share``)
 and the node that sent it, and goes to the recorder at once: the stored count is the
 count the nodes sent. A level's summary is computed from every share's raw records once
-all shares finished the level (``loadgen.stats.summarise_level``: percentiles of all
-requests, never an average of per-node percentiles); its window is put on the engine
-node's clock with the measured offsets, latencies stay on the clock of the node that
-sent each request.
+all shares finished the level (``loadgen.stats.LevelTally``, fed each record as it
+comes: exact percentiles of all requests, never an average of per-node percentiles);
+its window is put on the engine node's clock with the measured offsets, latencies stay
+on the clock of the node that sent each request.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from loadgen.profiles import LoadSpec
-from loadgen.stats import GapSample, quantile, summarise_level
+from loadgen.stats import LevelTally, StridedSample, quantile
 from runs.events import (
     LevelFinished,
     LevelProgress,
@@ -51,9 +51,9 @@ class ShareSink:
 
 @dataclass
 class _Level:
-    records: list[RequestRecord] = field(default_factory=list)
-    ttfts: list[float] = field(default_factory=list)
-    gaps: GapSample = field(default_factory=GapSample)
+    tally: LevelTally
+    ttfts: StridedSample = field(default_factory=StridedSample)
+    gaps: StridedSample = field(default_factory=StridedSample)
     progress: dict[int, LevelProgress] = field(default_factory=dict)
     started: set[int] = field(default_factory=set)
     finished: set[int] = field(default_factory=set)
@@ -71,18 +71,32 @@ class Merger:
         nodes: Sequence[str],
         clock_offsets_s: Mapping[str, float],
         record: RunEventSink,
+        *,
+        kind: str = "load node",
+        tag_records: bool = True,
     ) -> None:
+        """``kind`` names a share in messages ("load node a"); ``tag_records``: each
+        record says which load node sent it (its times are on that node's clock), left
+        out where every share ran on this machine (``--workers``)."""
         self.run_id, self.spec, self.shares, self.nodes = run_id, spec, shares, nodes
+        self.kind, self.tag_records = kind, tag_records
         self.offsets = dict(clock_offsets_s)
         """Each load node's clock minus the run's timeline (the engine node's clock)."""
         self.record = record
-        self.levels = [_Level() for _ in spec.levels]
+        self.levels = [
+            _Level(LevelTally(i, level, spec.slo, self.offsets))
+            for i, level in enumerate(spec.levels)
+        ]
         self.summaries: list[LevelSummary] = []
         self.results: dict[int, RunResult] = {}
         self.warnings: list[str] = []
+        self.said: tuple[str, ...] = ()
+        """The merged run's own warnings, given as it started."""
         self.ended: ProgressEvent | None = None
 
     def start(self, started: RunStarted) -> RunStarted:
+        self.said = started.warnings
+        self.warnings = list(started.warnings)
         self.record.on_event(started)
         return started
 
@@ -91,14 +105,14 @@ class Merger:
             record,
             run_id=self.run_id,
             request_index=record.request_index * len(self.shares) + share,
-            load_node=self.nodes[share],
+            load_node=self.nodes[share] if self.tag_records else None,
         )
         self.record.on_event(merged)
         level = self.levels[record.level_index]
-        level.records.append(merged)
+        level.tally.add(merged)
         if merged.ok and not merged.incomplete and not merged.warmup:
             if merged.ttft_s is not None:
-                level.ttfts.append(merged.ttft_s)
+                level.ttfts.add((merged.ttft_s,))
             level.gaps.add(merged.itl_s)
 
     def on_share_event(self, share: int, event: ProgressEvent) -> list[ProgressEvent]:
@@ -107,7 +121,10 @@ class Merger:
         (the caller stops the other shares, then calls ``end``)."""
         match event:
             case RunStarted(warnings=warnings):
-                self.warnings += [f"{self.nodes[share]}: {w}" for w in warnings]
+                # a share's warning the merged run already gives (prompt sizing) once
+                self.warnings += [
+                    f"{self.share_name(share)}: {w}" for w in warnings if w not in self.said
+                ]
                 return []
             case LevelStarted(level_index=index):
                 level = self.levels[index]
@@ -126,10 +143,13 @@ class Merger:
                 self.results[share] = result
                 return [self._finish()] if len(self.results) == len(self.shares) else []
             case RunFailed(message=message):
-                return [RunFailed(f"load node {self.nodes[share]}: {message}")]
+                return [RunFailed(f"{self.share_name(share)}: {message}")]
             case RunInterrupted(reason=reason):
-                return [RunInterrupted(f"load node {self.nodes[share]}: {reason}")]
+                return [RunInterrupted(f"{self.share_name(share)}: {reason}")]
         return []
+
+    def share_name(self, share: int) -> str:
+        return f"{self.kind} {self.nodes[share]}"
 
     def end(self, event: RunFailed | RunInterrupted) -> ProgressEvent:
         """End the merged run so; call it once every share stopped (their cut requests
@@ -157,7 +177,7 @@ class Merger:
         for tick in ticks:
             for kind, n in tick.errors_by_kind.items():
                 errors[kind] = errors.get(kind, 0) + n
-        ttfts, gaps = sorted(level.ttfts), sorted(level.gaps.values)
+        ttfts, gaps = sorted(level.ttfts.values), sorted(level.gaps.values)
         return LevelProgress(
             level_index=index,
             completed=sum(t.completed for t in ticks),
@@ -174,11 +194,7 @@ class Merger:
         )
 
     def _level_finished(self, index: int) -> LevelFinished:
-        level = self.levels[index]
-        summary = summarise_level(
-            index, self.spec.levels[index], level.records, self.spec.slo, self.offsets
-        )
-        self.levels[index] = _Level()  # its records are stored: keep no copy
+        summary = self.levels[index].tally.summary()
         self.summaries.append(summary)
         finished = LevelFinished(summary)
         self.record.on_event(finished)

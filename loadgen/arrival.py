@@ -31,6 +31,13 @@ class StampingHandler(ResponseHandler):
         if watched is not None:
             self.marks.append((watched.total_bytes, now))
 
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp calls this after every read of a payload, paused or not; resuming a
+        # connection that was never paused re-enters its parser with no bytes, about a
+        # tenth of the client's CPU per streamed token.  Only a paused one is resumed.
+        if self._reading_paused or self._buffer_paused:
+            super().resume_reading(resume_parser)
+
 
 def stamping(connector: aiohttp.TCPConnector) -> aiohttp.TCPConnector:
     """Make ``connector`` build stamping protocols (aiohttp pinned <3.15 has ``_factory``)."""

@@ -8,7 +8,7 @@ runs the client.  Every finished request goes to the sink at once.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextlib
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -24,7 +24,7 @@ from loadgen.quirks import LoadQuirks, quirks_for
 from loadgen.setup import describe_run
 from loadgen.sinks import RecordSink
 from loadgen.sizing import sized_prompts
-from loadgen.stats import GapSample, quantile, summarise_level
+from loadgen.stats import LevelTally, StridedSample, quantile
 from loadgen.workload import PromptItem, PromptSource, Workload
 from runs.events import (
     LevelFinished,
@@ -101,7 +101,7 @@ async def run_load(
     warnings = tuple(w for w in (quirks.length_warning(), fds, sized.warning) if w)
     clock = RunClock()
     setup = setup or describe_run(spec, workload, target, origin="script")
-    setup = dataclasses.replace(setup, workload={**setup.workload, "sizing": sized.text})
+    setup = sized.describe(setup)
     emit(RunStarted(run_id, len(spec.levels), warnings, setup, clock.wall0))
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else None
     limits = openai_stream.ClientLimits(
@@ -112,7 +112,9 @@ async def run_load(
     )
     summaries: list[LevelSummary] = []
     written = 0
-    async with openai_stream.StreamClient(limits, headers) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(prompts.close)
+        client = await stack.enter_async_context(openai_stream.StreamClient(limits, headers))
         if start_at is not None:
             await asyncio.sleep(max(0.0, start_at - time.time()))
         for index, level in enumerate(spec.levels):
@@ -131,7 +133,7 @@ async def run_load(
                 first_number=written,
             )
             summary = await runner.run()
-            written += len(runner.records)
+            written += runner.finished
             sink.level(summary)
             summaries.append(summary)
             emit(LevelFinished(summary))
@@ -164,7 +166,9 @@ class _LevelRun:
         self.sink, self.clock, self.emit = sink, clock, emit
         self.url = openai_stream.endpoint_url(target.url, target.chat)
         self.first_number = first_number
-        self.records: list[RequestRecord] = []
+        self.tally = LevelTally(index, level, spec.slo)
+        """The level's summary so far: no record is kept (a long level would not fit)."""
+        self.finished = 0
         self.issued = 0
         self.measured_issued = 0
         self.in_flight = 0
@@ -173,8 +177,8 @@ class _LevelRun:
         self.errors: Counter[str] = Counter()
         self.cut = 0
         self.tasks: set[asyncio.Task[None]] = set()
-        self.ttfts: list[float] = []
-        self.itls = GapSample()
+        self.ttfts = StridedSample()
+        self.itls = StridedSample()
         self.token_marks: deque[tuple[float, int]] = deque()
 
     # -- when to stop -------------------------------------------------------
@@ -238,7 +242,7 @@ class _LevelRun:
         finally:
             ticker.cancel()
         self._progress()
-        return summarise_level(self.index, level, self.records, self.spec.slo)
+        return self.tally.summary()
 
     async def _closed(self, level: ClosedLoop) -> None:
         async def worker() -> None:
@@ -351,7 +355,8 @@ class _LevelRun:
         )
 
     def _keep(self, record: RequestRecord) -> None:
-        self.records.append(record)
+        self.finished += 1
+        self.tally.add(record)
         self.emit(record)  # first: a sink that fails (a full disk) keeps it from no one else
         self.sink.write(record)
         if record.warmup:
@@ -363,7 +368,7 @@ class _LevelRun:
             self.errors[str(record.error_kind)] += 1
             return
         if record.ttft_s is not None:
-            self.ttfts.append(record.ttft_s)
+            self.ttfts.add((record.ttft_s,))
         self.itls.add(record.itl_s)
         self.token_marks.append((time.perf_counter(), record.output_tokens))
 
@@ -379,12 +384,12 @@ class _LevelRun:
         while marks and marks[0][0] < now - LIVE_RATE_WINDOW_S:
             marks.popleft()
         span = min(LIVE_RATE_WINDOW_S, now - self.start)
-        ordered = sorted(self.ttfts)
+        ordered = sorted(self.ttfts.values)
         gaps = sorted(self.itls.values)
         self.emit(
             LevelProgress(
                 level_index=self.index,
-                completed=len(ordered),
+                completed=self.tally.completed,
                 failed=sum(self.errors.values()),
                 incomplete=self.cut,
                 in_flight=self.in_flight,

@@ -25,7 +25,9 @@ import aiohttp
 from engines.catalog import get_spec
 from engines.catalog.types import TokenizeRoute
 from loadgen import openai_stream
+from loadgen.datasets import DatasetScan
 from loadgen.workload import WORDS, PromptSource, Workload
+from runs.setup import RunSetup
 
 if TYPE_CHECKING:
     from loadgen.runner import Target
@@ -96,7 +98,18 @@ class SizedPrompts:
     text: str
     """How the prompts were sized, for the stored run and the summary."""
     warning: str | None = None
-    """Set when the prompts could not be sized in tokens."""
+    """Set when the prompts could not be sized in tokens (or a dataset's lines were
+    skipped)."""
+
+    def describe(self, setup: RunSetup) -> RunSetup:
+        """``setup`` saying how the run's prompts were sized and, for a dataset, which
+        file it was (name and SHA-256: what Compare tells workloads apart by) and how it
+        was read."""
+        facts: dict[str, object] = {"sizing": self.text}
+        scanned = self.source.dataset
+        if scanned is not None:
+            facts |= {"dataset_id": scanned.identity(), "dataset_read": scanned.facts()}
+        return dataclasses.replace(setup, workload={**setup.workload, **facts})
 
 
 _CACHE: dict[tuple[str, str, str, bool], Sizing] = {}
@@ -104,21 +117,42 @@ _CACHE: dict[tuple[str, str, str, bool], Sizing] = {}
 
 async def sized_prompts(workload: Workload, target: Target) -> SizedPrompts:
     """The run's prompts, sized in the engine's tokens where it can tokenize."""
-    if workload.dataset is not None:
-        return SizedPrompts(PromptSource(workload), "dataset prompts, as the dataset has them")
-    PromptSource(workload)  # a bad workload fails here, before any call to the engine
+    plain = PromptSource(workload)  # a bad workload fails here, before any call to the engine
+    if plain.dataset is not None:
+        return await _dataset_prompts(workload, target, plain.dataset)
     route = _route(target.engine_kind)
     if route is None:
         return _words(workload, f"engine {target.engine_kind!r} has no tokenize route")
+    try:
+        sizing = await _sizing(route, target)
+    except (SizingError, aiohttp.ClientError, TimeoutError) as exc:
+        return _words(workload, f"its tokenize route failed ({exc or type(exc).__name__})")
+    return SizedPrompts(PromptSource(workload, sizing), sizing.describe(workload))
+
+
+async def _sizing(route: TokenizeRoute, target: Target) -> Sizing:
     key = (target.url, target.engine_kind, target.model, target.chat)
     sizing = _CACHE.get(key)
     if sizing is None:
+        sizing = _CACHE[key] = await calibrate(route, target)
+    return sizing
+
+
+async def _dataset_prompts(workload: Workload, target: Target, found: DatasetScan) -> SizedPrompts:
+    """A dataset's prompts as they are; where its lines state their prompt tokens, the
+    chat template's tokens (measured where the engine tokenizes) are added to what the
+    engine should count."""
+    text = f"dataset prompts, as {found.name} has them"
+    route = _route(target.engine_kind)
+    sizing = None
+    if found.sized_entries and route is not None:
         try:
-            sizing = await calibrate(route, target)
+            sizing = await _sizing(route, target)
         except (SizingError, aiohttp.ClientError, TimeoutError) as exc:
-            return _words(workload, f"its tokenize route failed ({exc or type(exc).__name__})")
-        _CACHE[key] = sizing
-    return SizedPrompts(PromptSource(workload, sizing), sizing.describe(workload))
+            text += f"; chat template not measured ({exc or type(exc).__name__})"
+    if sizing is not None and sizing.template_tokens is not None:
+        text += f"; + {sizing.template_tokens} tokens of chat template on stated input lengths"
+    return SizedPrompts(PromptSource(workload, sizing), text, found.warning())
 
 
 def _route(kind: str) -> TokenizeRoute | None:

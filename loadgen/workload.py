@@ -1,4 +1,4 @@
-"""What the load generator asks: synthetic, shared-prefix or ShareGPT prompts.
+"""What the load generator asks: synthetic, shared-prefix or dataset prompts.
 
 Every run draws fresh prompts (a per-run salt) unless a seed is given: a run that
 re-sent an earlier run's prompts would measure that run's prefix cache, not the engine.
@@ -12,12 +12,19 @@ every record says what it really counted.
 
 from __future__ import annotations
 
-import json
 import random
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from loadgen.datasets import (
+    BAD_LINE_POLICIES,
+    BadLinePolicy,
+    DatasetReader,
+    DatasetScan,
+    scan,
+)
+from loadgen.datasets import WorkloadError as WorkloadError  # its home for the callers
 
 # Words that are one token (with their leading space) in Llama, GPT and Qwen vocabularies.
 WORDS = (
@@ -26,10 +33,6 @@ WORDS = (
     "new first also time after other into two only over its most some would about than "
     "city year state world many work part made where water used good long day house"
 ).split()
-
-
-class WorkloadError(ValueError):
-    """A workload that cannot be built (bad numbers, unreadable dataset)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +44,13 @@ class Workload:
     shared_prefix_len: int = 0
     """Tokens of one prefix put before every prompt (prefix-cache workloads)."""
     dataset: str | None = None
-    """A ShareGPT-format JSON file; its first human turn is each prompt."""
+    """A ShareGPT JSON file or a JSONL of prompts (``loadgen.datasets``), read streaming."""
+    on_bad_line: BadLinePolicy = "fail"
+    """A malformed dataset line fails the run ("fail") or is skipped and reported."""
+    dataset_part: int = 0
+    dataset_parts: int = 1
+    """This run sends the dataset's entries ``part``, ``part + parts``, ... (one share
+    of a run split over processes or nodes: the shares do not send the same prompts)."""
     seed: int | None = None
     """A number reproduces the prompts exactly (``--seed``); None draws fresh ones."""
     salt: str = ""
@@ -57,6 +66,10 @@ class Workload:
             raise WorkloadError(f"range_ratio must be in [0, 1), got {self.range_ratio}")
         if self.shared_prefix_len < 0:
             raise WorkloadError("shared_prefix_len must be >= 0")
+        if self.on_bad_line not in BAD_LINE_POLICIES:
+            raise WorkloadError(f"on_bad_line must be one of {', '.join(BAD_LINE_POLICIES)}")
+        if not 0 <= self.dataset_part < self.dataset_parts:
+            raise WorkloadError("dataset_part must be in [0, dataset_parts)")
 
     @property
     def key(self) -> str:
@@ -75,12 +88,14 @@ class Workload:
 class PromptItem:
     prompt: str
     input_len: int
-    """Intended prompt tokens (approximate: see the module note)."""
+    """Intended prompt tokens (approximate: see the module note); a dataset's prompt
+    without a stated length: its words."""
     output_len: int
     template_len: int = 0
     """Tokens the chat template adds around the prompt, where they were measured."""
     from_dataset: bool = False
-    """A dataset's prompt: its length was never asked for (``input_len`` counts words)."""
+    """A dataset's prompt whose length the dataset does not state (``input_len`` counts
+    words): no tokens were asked for."""
 
     @property
     def engine_input_len(self) -> int | None:
@@ -102,34 +117,6 @@ def draw_lengths(workload: Workload, number: int) -> tuple[int, int]:
     return rng.randint(in_lo, in_hi), rng.randint(out_lo, out_hi)
 
 
-def load_sharegpt(path: str | Path) -> list[str]:
-    """The first human turn of each answered conversation in a ShareGPT JSON file.
-
-    Output lengths come from the workload (forced where the engine can), so the
-    recorded answers are not used.
-    """
-    try:
-        data: Any = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WorkloadError(f"cannot read ShareGPT dataset {path}: {exc}") from exc
-    if not isinstance(data, list):
-        raise WorkloadError(f"{path}: a ShareGPT file is a JSON list of conversations")
-    prompts: list[str] = []
-    for entry in data:
-        turns = entry.get("conversations") if isinstance(entry, dict) else None
-        if not isinstance(turns, list) or len(turns) < 2:
-            continue
-        first, second = turns[0], turns[1]
-        if not (isinstance(first, dict) and isinstance(second, dict)):
-            continue
-        question, answer = first.get("value"), second.get("value")
-        if isinstance(question, str) and question.strip() and isinstance(answer, str):
-            prompts.append(question)
-    if not prompts:
-        raise WorkloadError(f"{path}: no conversation with a human turn and an answer")
-    return prompts
-
-
 class TokenSizer(Protocol):
     """Builds text of an exact token count in one engine's tokens (``loadgen.sizing``)."""
 
@@ -145,7 +132,13 @@ class PromptSource:
     def __init__(self, workload: Workload, sizer: TokenSizer | None = None) -> None:
         self._w = workload
         self._sizer = sizer
-        self._dataset = load_sharegpt(workload.dataset) if workload.dataset else None
+        self.dataset: DatasetScan | None = None
+        self._reader: DatasetReader | None = None
+        if workload.dataset:
+            self.dataset = scan(workload.dataset, workload.on_bad_line)
+            self._reader = DatasetReader(
+                workload.dataset, workload.on_bad_line, self.dataset.entries
+            )
         prefix_rng = random.Random(f"prefix-{workload.key}")
         self._prefix_len = workload.shared_prefix_len
         if sizer is not None and workload.shared_prefix_len:
@@ -158,10 +151,15 @@ class PromptSource:
     def item(self, number: int) -> PromptItem:
         w = self._w
         n_in, n_out = draw_lengths(w, number)
-        if self._dataset is not None:
-            question = self._dataset[number % len(self._dataset)]
-            n_words = len(question.split())
-            return PromptItem(self._join(question), n_words, n_out, from_dataset=True)
+        if self._reader is not None:
+            entry = self._reader.entry(number * w.dataset_parts + w.dataset_part)
+            n_out = entry.output_len or n_out
+            if entry.input_len is None:
+                n_words = len(entry.prompt.split())
+                return PromptItem(self._join(entry.prompt), n_words, n_out, from_dataset=True)
+            template = (self._sizer.template_tokens or 0) if self._sizer is not None else 0
+            tokens = entry.input_len + self._prefix_len
+            return PromptItem(self._join(entry.prompt), tokens, n_out, template)
         rng = random.Random(f"{w.key}-{number}-words")
         if self._sizer is not None:  # random words of exact cost: distinct by the draw
             text, tokens = self._sizer.assemble(rng, n_in, first=not self._prefix)
@@ -171,6 +169,11 @@ class PromptSource:
         words = [f"{number}", *rng.choices(WORDS, k=n_in - 1)]
         text = " ".join(words)
         return PromptItem(self._join(text), n_in + w.shared_prefix_len, n_out)
+
+    def close(self) -> None:
+        """Close the dataset file (a new entry asked opens it again)."""
+        if self._reader is not None:
+            self._reader.close()
 
     def _join(self, text: str) -> str:
         return f"{self._prefix} {text}" if self._prefix else text

@@ -52,7 +52,7 @@ class LevelProgress:
     elapsed_s: float
     itl_p50_s: float | None = None
     """Inter-token latency so far over the level's finished requests (a bounded sample
-    of their gaps: ``stats.GapSample``); None until a request streamed two chunks."""
+    of their gaps: ``stats.StridedSample``); None until a request streamed two chunks."""
     itl_p99_s: float | None = None
 
 

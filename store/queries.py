@@ -230,8 +230,14 @@ def measured_profile(profile: dict[str, Any]) -> dict[str, Any]:
 def measured_workload(workload: dict[str, Any]) -> dict[str, Any]:
     """What a run's workload asks: its seed and salt only choose the words, and how the
     prompts were sized is how it was sent (the engine-counted tokens of each level show
-    what was; a comparison warns when they differ: ``runs.records.workload_gaps``)."""
-    return {k: v for k, v in workload.items() if k not in ("seed", "salt", "sizing")}
+    what was; a comparison warns when they differ: ``runs.records.workload_gaps``). A
+    dataset is the file's name and SHA-256 (``dataset_id``), not where it lay nor how it
+    was read or split."""
+    how = ("seed", "salt", "sizing", "dataset_read", "on_bad_line", "dataset_part", "dataset_parts")
+    what = {k: v for k, v in workload.items() if k not in how}
+    if "dataset_id" in what:
+        what.pop("dataset", None)
+    return what
 
 
 def config_differences(a: RunInfo, b: RunInfo) -> list[str]:

@@ -5,6 +5,7 @@ command in a process of its own."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -13,7 +14,9 @@ import pytest
 from aiohttp import web
 
 from sim import RunningSim, start_sim
+from tests.conftest import Rig
 from tests.loadgen.sched_server import SchedServer
+from tests.ports import free_port
 
 ROOT = Path(__file__).parents[2]
 
@@ -92,3 +95,18 @@ async def vllm_sim() -> AsyncIterator[RunningSim]:
         yield sim
     finally:
         await sim.stop()
+
+
+@pytest.fixture
+def llama_server(rig: Rig, tmp_path: Path) -> Iterator[str]:
+    """The rig's llama-server as a process on 127.0.0.1; killed afterwards."""
+    port = free_port()
+    argv = [str(rig.llama_server_bin), "-m", str(rig.tiny_model), "--host", "127.0.0.1",
+            "--port", str(port), "-np", "2", "-c", "4096", "-t", "1"]  # fmt: skip
+    with (tmp_path / "llama-server.log").open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

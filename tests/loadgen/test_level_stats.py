@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loadgen.profiles import ClosedLoop, OpenLoop, Slo
-from loadgen.stats import GapSample, percentiles, quantile, summarise_level
+from loadgen.stats import StridedSample, percentiles, quantile, summarise_level
 from runs.records import ErrorKind, RequestRecord
 
 T0 = 1_800_000_000.0
@@ -108,12 +108,12 @@ def test_a_level_with_only_failures_summarises_without_error() -> None:
 
 
 def test_the_live_itl_sample_is_exact_while_small_then_bounded_and_spread() -> None:
-    small = GapSample(limit=100)
+    small = StridedSample(limit=100)
     for start in range(0, 150, 30):
         small.add([float(v) for v in range(start, start + 30)])
     assert small.values == [float(v) for v in range(150)]  # under 2 × limit: every gap
 
-    big = GapSample(limit=100)
+    big = StridedSample(limit=100)
     for start in range(0, 10_000, 7):  # requests of 7 gaps each
         big.add([float(v) for v in range(start, min(start + 7, 10_000))])
     assert len(big.values) < 200

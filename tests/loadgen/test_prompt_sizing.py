@@ -5,35 +5,16 @@ llama-server, whose 1,024-token vocabulary makes every common word several token
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from loadgen import read_jsonl
 from store import open_store
-from tests.conftest import Rig
 from tests.loadgen.conftest import bench
 from tests.loadgen.test_llama_server_live import _wait_health
-from tests.ports import free_port
 
 pytestmark = pytest.mark.docker  # the rig's llama-server binary and tiny model
-
-
-@pytest.fixture
-def llama_server(rig: Rig, tmp_path: Path) -> Iterator[str]:
-    """The rig's llama-server as a process on 127.0.0.1; killed afterwards."""
-    port = free_port()
-    argv = [str(rig.llama_server_bin), "-m", str(rig.tiny_model), "--host", "127.0.0.1",
-            "--port", str(port), "-np", "2", "-c", "4096", "-t", "1"]  # fmt: skip
-    with (tmp_path / "llama-server.log").open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 async def test_input_len_128_sends_128_tokens_by_the_servers_count(

@@ -66,15 +66,25 @@ def test_sharegpt_file_gives_first_human_turns(tmp_path: Path) -> None:
     ]
     path = tmp_path / "sharegpt.json"
     path.write_text(json.dumps(data))
-    source = PromptSource(Workload(dataset=str(path), output_len=16))
+    # the entry without conversations is malformed: named by its line, never skipped silently
+    with pytest.raises(WorkloadError, match=r"line 1: .*conversations"):
+        PromptSource(Workload(dataset=str(path), output_len=16))
+    source = PromptSource(Workload(dataset=str(path), output_len=16, on_bad_line="skip"))
     prompts = [source.item(n).prompt for n in range(4)]
     assert prompts == ["Why is the sky blue?", "Name a prime."] * 2
     assert source.item(0).output_len == 16
+    assert source.dataset is not None and source.dataset.unused == 1
+    assert source.dataset.bad_count == 1
 
 
 @pytest.mark.parametrize(
     ("content", "words"),
-    [("{not json", "cannot read"), ('{"a": 1}', "JSON list"), ("[]", "no conversation")],
+    [
+        ("{not json", "line 1: not JSON"),
+        ('{"a": 1}', 'line 1: no "prompt"'),
+        ("[]", "no prompt to send"),
+        ("plain text", "neither a ShareGPT"),
+    ],
 )
 def test_bad_dataset_is_a_clear_error(tmp_path: Path, content: str, words: str) -> None:
     path = tmp_path / "bad.json"
