@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from agents.protocol import EngineInfo
 from alerts import Alert
 from runs.events import ProgressEvent
 from store import Comparison, LevelRow, RunInfo
@@ -71,6 +72,18 @@ class ComparisonLoaded(Message, bubble=False):
 class LogLine(Message):
     engine_id: str
     line: str
+
+
+@dataclass
+class EngineDetailLoaded(Message):
+    """What the agent answered for the selected engine: its record and newest log lines
+    (``note``: why either is missing)."""
+
+    node: str
+    engine_id: str
+    info: EngineInfo | None
+    log_lines: list[str]
+    note: str | None = None
 
 
 @dataclass

@@ -294,7 +294,8 @@ def test_an_estimated_full_kv_cache_fits_its_engine_column() -> None:
     engine = dataclasses.replace(
         engines_at_load()[0], kv_cache_usage=1.0, kv_cache_usage_is_estimate=True
     )
-    kv = engine_cells((NodeState("n"), engine))[5]
+    labels = [label for label, _ in ENGINE_COLUMNS]
+    kv = engine_cells((NodeState("n"), engine))[labels.index("KV cache")]
     width = dict(ENGINE_COLUMNS)["KV cache"]
     assert kv.endswith(" 100%~") and len(kv) <= width
 
