@@ -21,6 +21,10 @@ another file; ``INFER_TOP_DB`` another database)::
     [alerts.hooks.critical]        # a command or webhook per severity
     webhook = "https://chat.example/hooks/infer-top"
 
+    [load.profiles.long-prompts]   # a Load screen profile (control.load_profiles)
+    concurrency = [1, 4, 16]
+    input_len = 2048
+
 (every rule, its default and the hooks: ``alerts.config``, README "Alerts").
 With no file (or no ``[[nodes]]``) the TUI starts an embedded agent on this
 machine, so the first run shows something real.
@@ -38,6 +42,7 @@ from typing import Literal
 from urllib.parse import urlparse
 
 from alerts import AlertConfig, AlertConfigError, parse_alert_config
+from control.load_profiles import LoadProfile, ProfileConfigError, parse_profiles
 from store import default_db_path
 
 
@@ -103,6 +108,8 @@ class Config:
     """Slowest the screen lags the newest frame (frames are coalesced in between)."""
     source: Path | None = None
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    load_profiles: tuple[LoadProfile, ...] = ()
+    """The ``[load.profiles.*]`` tables (``control.load_profiles``)."""
 
     @property
     def embedded(self) -> bool:
@@ -203,7 +210,19 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
         alerts = parse_alert_config(data.get("alerts"))
     except AlertConfigError as exc:
         raise ConfigError(f"{source or 'config'}: {exc}") from exc
-    return Config(nodes=nodes, db_path=db_path, refresh_s=refresh_s, source=source, alerts=alerts)
+    load = data.get("load", {})
+    try:
+        profiles = parse_profiles(load.get("profiles") if isinstance(load, dict) else None)
+    except ProfileConfigError as exc:
+        raise ConfigError(f"{source or 'config'}: {exc}") from exc
+    return Config(
+        nodes=nodes,
+        db_path=db_path,
+        refresh_s=refresh_s,
+        source=source,
+        alerts=alerts,
+        load_profiles=profiles,
+    )
 
 
 def load_config(path: Path | None = None) -> Config:
