@@ -24,6 +24,7 @@ HELP_TEXT = """\
              (the selected engine's config, exit reason and last log lines beside it)
   Engines    s: start   x: stop   w: swap (fit estimate shown before starting)
   Load test  r: run the profile against the target engine (saved to the store)
+             e: edit the profile (levels, requests, lengths, warm-up, timeout, SLO; save)
   Compare    space: pick runs   m / c / j: export markdown / csv / json
   History    enter / o: open   d: delete   e: export markdown
   Alerts     a: acknowledge (silence) the selected alert; the header counts the rest
