@@ -7,6 +7,7 @@ Numbers sort busiest first; a value not reported (n/a) sorts last, never as 0.
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from collections.abc import Callable, Sequence
@@ -85,25 +86,29 @@ def engine_value(key: SortKey, item: EngineItem) -> float | None:
 def sort_rows(
     rows: list[tuple[str, T]], key: SortKey, value: Callable[[SortKey, T], float | None]
 ) -> list[tuple[str, T]]:
-    """``rows`` (key "node/…", item) in ``key``'s order: by node name (h200-2 before
-    h200-10), a node's rows as its agent lists them; else busiest first with n/a last,
-    ties in the node order."""
-    by_node = sorted(rows, key=lambda row: natural(row[0].partition("/")[0]))
+    """``rows`` (key "node/…", item, built from ``by_name``'s nodes) in ``key``'s order:
+    by node as they are, else busiest first with n/a last, ties in the node order."""
     if key is SortKey.NODE:
-        return by_node
+        return rows  # a redraw at 256 nodes must not sort 2,048 rows for nothing
 
     def rank(row: tuple[str, T]) -> tuple[bool, float]:
         v = value(key, row[1])
         return (v is None, -(v or 0.0))
 
-    return sorted(by_node, key=rank)
+    return sorted(rows, key=rank)
 
 
+@functools.lru_cache(maxsize=4096)  # the fleet's node names, asked at every redraw
 def natural(text: str) -> tuple[tuple[int, int | str], ...]:
     """A sort key that orders the numbers in names by value (node-2 before node-10)."""
     return tuple(
         (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part
     )
+
+
+def by_name(nodes: Sequence[NodeState]) -> list[NodeState]:
+    """The nodes by name, h200-2 before h200-10: the tables' node order."""
+    return sorted(nodes, key=lambda n: natural(n.name))
 
 
 def uptime_s(engine: EngineTelemetry, frame_ts: float) -> float | None:

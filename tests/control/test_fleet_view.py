@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from control.fleet_view import (
     SortKey,
+    by_name,
     exit_reason,
     fmt_duration,
     gpus_label,
@@ -12,21 +13,20 @@ from control.fleet_view import (
     node_column_width,
     sort_rows,
 )
+from control.model import NodeState
 
 
 def test_numbers_sort_busiest_first_and_unknown_last_never_as_zero() -> None:
-    rows = [("a/1", None), ("a/2", 0.0), ("b/1", 5.0), ("a/3", 5.0)]
+    rows = [("a/1", None), ("a/2", 0.0), ("a/3", 5.0), ("b/1", 5.0)]  # by_name's order
     ordered = sort_rows(rows, SortKey.TOK_S, lambda _key, v: v)
     assert [k for k, _ in ordered] == ["a/3", "b/1", "a/2", "a/1"]
 
 
-def test_by_node_orders_numbers_in_names_by_value_and_keeps_a_nodes_own_order() -> None:
-    rows = [("n-10/x", 0), ("n-2/b", 0), ("n-2/a", 0)]
-    assert [k for k, _ in sort_rows(rows, SortKey.NODE, lambda _k, _v: None)] == [
-        "n-2/b",
-        "n-2/a",
-        "n-10/x",
-    ]
+def test_by_node_orders_numbers_in_names_by_value() -> None:
+    nodes = [NodeState("n-10"), NodeState("n-2"), NodeState("a")]
+    assert [n.name for n in by_name(nodes)] == ["a", "n-2", "n-10"]
+    rows = [("n-2/b", 0), ("n-2/a", 0), ("n-10/x", 0)]  # built from by_name's order
+    assert sort_rows(rows, SortKey.NODE, lambda _k, _v: None) == rows
     assert natural("h200-2") < natural("h200-10")
 
 

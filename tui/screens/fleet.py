@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from alerts import Alert
-from control.fleet_view import SortKey, engine_value, gpu_value, sort_rows
+from control.fleet_view import SortKey, by_name, engine_value, gpu_value, sort_rows
 from control.model import (
     NodeState,
     NodeStatus,
@@ -132,6 +132,7 @@ class FleetScreen(FilteredScreen):
         Binding("o", "cycle_sort", "Sort"),
     ]
     sort_key = SortKey.NODE
+    _node_names: tuple[str, ...] | None = None
 
     def body(self) -> ComposeResult:
         yield Input(
@@ -170,7 +171,7 @@ class FleetScreen(FilteredScreen):
         ]
 
     def refresh_fleet(self) -> None:
-        nodes = self._filtered()
+        nodes = by_name(self._filtered())
         now = self.top.services.clock()
         center = self.top.alerts
         marks = {n.name: center.marks(n.name) for n in nodes}
@@ -195,20 +196,26 @@ class FleetScreen(FilteredScreen):
         )
         if str(box.render()) != text:
             box.update(Text(text, style="bold red"))
-        names = list(self.top.model.nodes)  # all of them: a filter does not move columns
+        self._fit_node_column(tuple(self.top.model.nodes))
         gpu_rows = sort_rows(gpu_items(nodes), self.sort_key, gpu_value)
         gpus = with_alerts(versioned(gpu_rows), on_target("gpu{}"), center.version)
         engine_rows = sort_rows(engine_items(nodes), self.sort_key, engine_value)
         engines = with_alerts(versioned(engine_rows), on_target("engine {}"), center.version)
-        for table_id, columns, items in (
-            ("#nodes", NODE_COLUMNS, None),
-            ("#gpus", GPU_COLUMNS, gpus),
-            ("#engines", ENGINE_COLUMNS, engines),
+        self.query_one("#gpus", FastTable).set_items(gpus)
+        self.query_one("#engines", FastTable).set_items(engines)
+
+    def _fit_node_column(self, names: tuple[str, ...]) -> None:
+        """Every table's Node column as wide as the fleet's names (all of them: a filter
+        does not move the columns), measured when the names change."""
+        if names == self._node_names:
+            return
+        self._node_names = names
+        for table_id, columns in (
+            ("#nodes", NODE_COLUMNS),
+            ("#gpus", GPU_COLUMNS),
+            ("#engines", ENGINE_COLUMNS),
         ):
-            table = self.query_one(table_id, FastTable)
-            table.set_columns(with_node_width(columns, names))
-            if items is not None:
-                table.set_items(items)
+            self.query_one(table_id, FastTable).set_columns(with_node_width(columns, names))
 
     def action_clear_filter(self) -> None:
         super().action_clear_filter()
