@@ -209,3 +209,22 @@ async def test_the_node_screen_details_the_selected_engine_and_why_it_crashed(
             assert logged and all(line in shown for line in logged)
             for engine in (first, second):
                 await client.stop(engine.id)
+
+
+async def test_the_start_up_heap_is_frozen_out_of_full_collections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At 256 nodes x 8 GPUs every full collection walked the start-up heap again (about
+    60 ms a redraw): once started, the app freezes it (docs/benchmarks.md, TUI)."""
+    import gc
+
+    import tui.app
+
+    monkeypatch.setattr(tui.app, "GC_FREEZE_AFTER_S", 0.1)
+    gc.unfreeze()
+    app = frozen_app()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: gc.get_freeze_count() > 0, "the heap frozen")
+    finally:
+        gc.unfreeze()  # the test process's heap is no app's start-up
