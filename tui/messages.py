@@ -79,8 +79,9 @@ class EngineDetailLoaded(Message):
     """What the agent answered for the selected engine: its record and newest log lines
     (``note``: why either is missing)."""
 
-    node: str
-    engine_id: str
+    asked_for: tuple[str, str, object]
+    """(node, engine id, its row's state) the answer was asked for: a later change of the
+    row (a crash) asks again, and an answer to the earlier question is dropped."""
     info: EngineInfo | None
     log_lines: list[str]
     note: str | None = None

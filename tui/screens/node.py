@@ -185,7 +185,7 @@ class NodeScreen(BaseScreen):
         if wanted != self._detail:
             self._detail = wanted
             self._answer = None
-            self._fetch_detail(node.name, engine.id)
+            self._fetch_detail(wanted)
         answer = self._answer
         lines = engine_detail(
             engine,
@@ -200,24 +200,25 @@ class NodeScreen(BaseScreen):
             box.update(Text(text))
 
     @work(exclusive=True, group="engine-detail", exit_on_error=False)
-    async def _fetch_detail(self, node: str, engine_id: str) -> None:
+    async def _fetch_detail(self, asked_for: tuple[str, str, object]) -> None:
+        node, engine_id, _ = asked_for
         handle = self.top.services.node(node)
         if handle is None or handle.client is None:
             note = f"config and log: no agent client for {node}"
-            self.post_message(EngineDetailLoaded(node, engine_id, None, [], note))
+            self.post_message(EngineDetailLoaded(asked_for, None, [], note))
             return
         try:
             info = next((e for e in await handle.client.engines() if e.id == engine_id), None)
             lines = [line async for line in handle.client.logs(engine_id, DETAIL_LOG_LINES)]
         except Exception as exc:  # the agent's words in the pane, the screen goes on
             note = f"config and log: {describe_error(exc)}"
-            self.post_message(EngineDetailLoaded(node, engine_id, None, [], note))
+            self.post_message(EngineDetailLoaded(asked_for, None, [], note))
             return
-        self.post_message(EngineDetailLoaded(node, engine_id, info, lines))
+        self.post_message(EngineDetailLoaded(asked_for, info, lines))
 
     def on_engine_detail_loaded(self, message: EngineDetailLoaded) -> None:
-        if self._detail is None or self._detail[:2] != (message.node, message.engine_id):
-            return  # an answer for an engine no longer selected
+        if message.asked_for != self._detail:
+            return  # an answer for an engine no longer selected, or from before it changed
         self._answer = message
         node = self._node()
         if node is not None:
