@@ -154,6 +154,16 @@ class EngineInfo:
     kv_capacity: KvCapacity | None = None
     """Checked once the engine became healthy; None before, and for simulators."""
 
+    @property
+    def model(self) -> str | None:
+        return config_model(self.config)
+
+
+def config_model(config: dict[str, Any]) -> str | None:
+    """The model a launch config names: ``model``, or a simulator's ``profile``."""
+    named = config.get("model") or config.get("profile")
+    return None if named is None else str(named)
+
 
 EVENT_KINDS = (
     "restarted",

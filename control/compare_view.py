@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engines.catalog.options import options_text
-from store.models import Comparison, ComparisonRow, RunInfo
+from store.models import Comparison, ComparisonRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +14,8 @@ class CompareTable:
     rows: tuple[tuple[str, tuple[str, ...]], ...]
     """(run_id, cells) in the order of the comparison's runs."""
     title: str = ""
+    unfinished: int = 0
+    """Runs without a finished level (their rows show "-")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,14 +24,6 @@ class Curve:
     concurrency: tuple[int, ...]
     output_tok_s: tuple[float, ...]
     ttft_p50_ms: tuple[float | None, ...]
-
-
-def run_label(run: RunInfo) -> str:
-    """The run's name, "simulated" where it was, and its engine's start options."""
-    kind = run.engine_kind or "?"
-    sim = " simulated" if run.simulated else ""
-    options = options_text(run.engine_options)
-    return f"{run.name or kind}{sim}" + (f" ({options})" if options else "")
 
 
 def _by_run(rows: Sequence[ComparisonRow]) -> dict[str, list[ComparisonRow]]:
@@ -73,7 +66,7 @@ def comparison_table(comparison: Comparison) -> CompareTable:
         at = {r.concurrency: r for r in rs}
         peak = at.get(top)
         cells = (
-            run_label(run),
+            comparison.label(run),
             *((run.node or "?",) if show_node else ()),
             *(f"{at[c].output_tok_s:,.0f}" if c in at else "-" for c in levels),
             _ms(peak.ttft_p50_s) if peak else "-",
@@ -91,7 +84,8 @@ def comparison_table(comparison: Comparison) -> CompareTable:
         f"output tok/s at each concurrency; TTFT (ms), failures and tok/J at "
         f"{top} concurrent; {node_text}"
     )
-    return CompareTable(columns=columns, rows=tuple(rows), title=title)
+    unfinished = sum(1 for run in comparison.runs if run.run_id not in by_run)
+    return CompareTable(columns, tuple(rows), title, unfinished)
 
 
 def comparison_curves(comparison: Comparison) -> list[Curve]:
@@ -103,7 +97,7 @@ def comparison_curves(comparison: Comparison) -> list[Curve]:
             continue
         curves.append(
             Curve(
-                label=run_label(run),
+                label=comparison.label(run),
                 concurrency=tuple(r.concurrency or 0 for r in rs),
                 output_tok_s=tuple(r.output_tok_s for r in rs),
                 ttft_p50_ms=tuple(

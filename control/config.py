@@ -25,6 +25,9 @@ another file; ``INFER_TOP_DB`` another database)::
     kwh = 0.30
     [cost.nodes]
     h100-a = 19.90
+    [load.profiles.long-prompts]   # a Load screen profile (control.load_profiles)
+    concurrency = [1, 4, 16]
+    input_len = 2048
 
 (every rule, its default and the hooks: ``alerts.config``, README "Alerts"; prices:
 ``control.cost``).
@@ -45,6 +48,7 @@ from urllib.parse import urlparse
 
 from alerts import AlertConfig, AlertConfigError, parse_alert_config
 from control.cost import CostConfigError, Prices, parse_prices
+from control.load_profiles import LoadProfile, ProfileConfigError, parse_profiles
 from store import default_db_path
 
 
@@ -113,6 +117,8 @@ class Config:
     alerts: AlertConfig = field(default_factory=AlertConfig)
     prices: Prices = field(default_factory=Prices)
     """``[cost]``: hourly prices per node or GPU model, and per kWh (``control.cost``)."""
+    load_profiles: tuple[LoadProfile, ...] = ()
+    """The ``[load.profiles.*]`` tables (``control.load_profiles``)."""
 
     @property
     def embedded(self) -> bool:
@@ -226,6 +232,10 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
         prices = parse_prices(data.get("cost"))
     except CostConfigError as exc:
         raise ConfigError(f"{source or 'config'}: {exc}") from exc
+    try:
+        profiles = parse_profiles(_table(data, "load").get("profiles"))
+    except ProfileConfigError as exc:
+        raise ConfigError(f"{source or 'config'}: {exc}") from exc
     return Config(
         nodes=nodes,
         db_path=db_path,
@@ -233,6 +243,7 @@ def parse_config(text: str, *, source: Path | None = None) -> Config:
         source=source,
         alerts=alerts,
         prices=prices,
+        load_profiles=profiles,
     )
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 from control.config import ConfigError, NodeConfig, parse_config
@@ -129,3 +130,19 @@ def drop_node(path: Path, name: str) -> bool:
         new = new.rstrip("\n") + "\n"
     _write(path, old, new, name)
     return True
+
+
+def put_table(path: Path, header: str, entry: str, check: Callable[[str, Path], None]) -> None:
+    """Replace the table that starts with the line ``header`` by ``entry``, or append it;
+    ``check`` (raising) vets the new text first, and no node may change."""
+    old = read_text(path)
+    blocks = [text for _, text in _blocks(old)]
+    found = [i for i, text in enumerate(blocks) if text.splitlines()[0].strip() == header]
+    if found:
+        blocks[found[0]] = entry + _trailing(blocks[found[0]])
+        new = "".join(blocks)
+    else:
+        new = old + ("\n" if old and not old.endswith("\n") else "") + ("\n" if old else "")
+        new += entry
+    check(new, path)
+    _write(path, old, new, "")

@@ -266,7 +266,7 @@ def run_ls(args: argparse.Namespace) -> int:
         rows = [("ID", "KIND", "RUNTIME", "STATE", "HEALTH", "URL", "GPUS", "MODEL")]
         for e in engines:
             gpus = ",".join(str(g) for g in e.gpu_ids) or "-"
-            model = str(e.config.get("model") or e.config.get("profile") or "-")
+            model = e.model or "-"
             rows.append((e.id, e.kind, e.runtime, e.state, e.health, e.url or "-", gpus, model))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         for row in rows:

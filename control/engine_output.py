@@ -68,7 +68,7 @@ def engine_json(info: EngineInfo) -> dict[str, object]:
         "url": info.url,
         "port": info.port,
         "gpu_ids": list(info.gpu_ids),
-        "model": info.config.get("model") or info.config.get("profile"),
+        "model": info.model,
         "config": info.config,
         "simulated": info.simulated,
         "started_at": info.started_at,

@@ -11,62 +11,27 @@ would.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from agents.protocol import engine_facts
+from control.load_profiles import BUILT_IN, LoadProfile, all_profiles
 from control.nodes import NodeHandle
 from control.reach import engine_route
 from runs.events import ProgressEvent, RunEventSink, RunFailed
 from runs.setup import RunPath, RunSetup
 
-if TYPE_CHECKING:
-    from loadgen.profiles import LoadSpec
-    from loadgen.workload import Workload
+PROFILES: tuple[LoadProfile, ...] = BUILT_IN
+"""The built-in profiles (the config file adds its own: ``control.load_profiles``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class LoadProfile:
-    name: str
-    concurrency: tuple[int, ...]
-    requests_per_level: int
-    input_len: int
-    output_len: int
-
-    def spec(self) -> LoadSpec:
-        """The load spec ``infer-top bench --concurrency ... --requests ...`` builds."""
-        from loadgen.profiles import LoadSpec, concurrency_sweep
-
-        return LoadSpec(concurrency_sweep(self.concurrency), self.requests_per_level)
-
-    def workload(self) -> Workload:
-        """The workload ``infer-top bench --input-len ... --output-len ...`` builds."""
-        from loadgen.workload import Workload
-
-        return Workload(input_len=self.input_len, output_len=self.output_len)
-
-    @property
-    def description(self) -> str:
-        levels = ",".join(str(c) for c in self.concurrency)
-        return (
-            f"{self.name}: concurrency {levels} · {self.requests_per_level} requests each"
-            f" · {self.input_len} in / {self.output_len} out tokens"
-        )
-
-
-PROFILES: tuple[LoadProfile, ...] = (
-    LoadProfile("smoke", (1, 2), 4, 32, 16),
-    LoadProfile("sweep", (1, 2, 4, 8, 16), 32, 256, 128),
-    LoadProfile("seed-h100", (1, 2, 4, 8, 16, 32, 64), 128, 512, 256),
-)
-
-
-def profile(name: str) -> LoadProfile:
-    for p in PROFILES:
+def profile(name: str, configured: Sequence[LoadProfile] = ()) -> LoadProfile:
+    offered = all_profiles(configured)
+    for p in offered:
         if p.name == name:
             return p
-    raise KeyError(f"no load profile {name!r}; known: {', '.join(p.name for p in PROFILES)}")
+    raise KeyError(f"no load profile {name!r}; known: {', '.join(p.name for p in offered)}")
 
 
 LoadFrom = Literal["node", "here"]

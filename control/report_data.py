@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from alerts import Alert
-from control.compare_view import run_label
 from control.cost import HourlyPrice, LevelCost, Prices, comparison_costs, hourly_price
 from engines.catalog.options import options_text
 from runs.records import LevelSummary, failures_text, level_name
@@ -134,7 +133,7 @@ def build_report(store: Store, run_ids: Sequence[str], prices: Prices) -> Report
         runs.append(
             ReportRun(
                 info=info,
-                label=run_label(info),
+                label=comparison.label(info),
                 levels=levels,
                 alerts=_run_alerts(store, info),
                 hourly=hourly_price(prices, info.node, len(found) if found else None),

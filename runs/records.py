@@ -9,6 +9,7 @@ with telemetry frames and exact to the microsecond within a run.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -92,6 +93,17 @@ class Percentiles:
     p99: float | None = None
     p999: float | None = None
     mean: float | None = None
+
+
+def samples_needed(quantile: float) -> int:
+    """The fewest values a ``quantile`` (0.99 for p99) says something from: 1 / (1 − q)
+    (p50 2, p90 10, p99 100, p99.9 1000). From fewer, a p99 is the maximum or an
+    interpolation toward it: shown, but marked as not a p99."""
+    return math.ceil(round(1.0 / (1.0 - quantile), 6))
+
+
+def percentile_sufficient(quantile: float, samples: int) -> bool:
+    return samples >= samples_needed(quantile)
 
 
 @dataclass(frozen=True, slots=True)

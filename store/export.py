@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import IO, Any
 
 from runs.records import RequestRecord, failures_field, failures_text
+from store.labels import run_model
 from store.models import Comparison, ComparisonRow, RunInfo, request_to_json
 
 CSV_FIELDS = (
@@ -64,29 +65,22 @@ def comparison_to_json(comparison: Comparison) -> str:
     doc = {
         "runs": [asdict(r) for r in comparison.runs],
         "rows": [row_dict(r) for r in comparison.rows],
+        "warnings": list(comparison.warnings),
     }
     return json.dumps(doc, indent=2, default=str) + "\n"
 
 
-def _model(run: RunInfo) -> str | None:
-    target = run.profile.get("target")
-    places = [run.profile, run.workload, target if isinstance(target, dict) else {}]
-    for key in ("model_class", "model", "model_name"):
-        for place in places:
-            if place.get(key):
-                return str(place[key])
-    return None
-
-
 def _level_title(rows: list[ComparisonRow], runs: dict[str, RunInfo]) -> str:
     nodes = sorted({r.node for r in rows if r.node})
-    models = sorted({m for r in rows if (m := _model(runs[r.run_id]))})
+    models = {run_model(runs[r.run_id]) for r in rows}
     first = rows[0]
     if first.concurrency is not None:
         load = f"{first.concurrency} concurrent"
     else:
         load = f"{first.request_rate:g} req/s"
-    return ", ".join([*nodes[:1], *models[:1], load])
+    # a node or model in the title is every row's; where they differ each row says its own
+    shared = [*(nodes if len(nodes) == 1 else []), *(m for m in models if len(models) == 1 and m)]
+    return ", ".join([*shared, load])
 
 
 def _note(row: ComparisonRow, rows: list[ComparisonRow], runs: dict[str, RunInfo]) -> str:
@@ -97,9 +91,12 @@ def _note(row: ComparisonRow, rows: list[ComparisonRow], runs: dict[str, RunInfo
     if row.failure_rate > 0:
         kinds = failures_text(row.failures_by_kind)
         notes.append(f"{row.failure_rate:.1%} failed" + (f": {kinds}" if kinds else ""))
-    models = {_model(runs[r.run_id]) for r in rows}
-    if len(models) > 1 and (m := _model(runs[row.run_id])):
-        notes.append(m)
+    models = {run_model(runs[r.run_id]) for r in rows}
+    if len(models) > 1:
+        notes.append(f"model {run_model(runs[row.run_id]) or 'not recorded'}")
+    nodes = {r.node for r in rows}
+    if len(nodes) > 1:
+        notes.append(f"node {row.node or 'not recorded'}")
     if row.simulated:
         notes.append("simulated")
     return "; ".join(notes)
@@ -140,7 +137,8 @@ def comparison_to_markdown(comparison: Comparison, *, detailed: bool = False) ->
             cells.append(note.replace("|", "/"))
             lines.append(("| " + " | ".join(cells) + " |").replace("|  |", "| |"))
         tables.append("\n".join(lines))
-    return "\n\n".join(tables) + "\n"
+    flagged = [f"> warning: {w}".replace("\n", " ") for w in comparison.warnings]
+    return "\n\n".join([*tables, *(["\n".join(flagged)] if flagged else [])]) + "\n"
 
 
 def requests_to_jsonl(records: Iterable[RequestRecord], out: IO[str]) -> int:

@@ -120,7 +120,13 @@ class Comparison:
     runs: tuple[RunInfo, ...]
     rows: tuple[ComparisonRow, ...]
     warnings: tuple[str, ...] = ()
-    """E.g. that the runs' workloads differ by more than 5 % (``runs.records.workload_gaps``)."""
+    """That the runs' workloads differ: in what they asked (``store.labels.differences``)
+    or by more than 5 % in what the engines counted (``runs.records.workload_gaps``)."""
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Each run's label, unique within this comparison (``store.labels``)."""
+
+    def label(self, run: RunInfo) -> str:
+        return self.labels.get(run.run_id) or run.label
 
 
 @dataclass(frozen=True, slots=True)

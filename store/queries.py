@@ -15,6 +15,7 @@ from typing import Any
 from runs.records import LevelSummary, RequestRecord, workload_gaps
 from store import energy
 from store.errors import RunNotFoundError, StoreError
+from store.labels import comparison_labels, differences
 from store.models import (
     LEVEL_COLUMNS,
     REQUEST_COLUMNS,
@@ -151,6 +152,7 @@ def compare(
     the stored telemetry over its window (cached per level once settled:
     rows for ``energy.CACHE_SQL`` are appended to ``cache_out``)."""
     runs = [get_run(conn, r) for r in run_ids]
+    labels = comparison_labels(runs)
     rows: list[ComparisonRow] = []
     now = time.time()
     summaries: dict[str, list[LevelSummary]] = {}
@@ -173,7 +175,7 @@ def compare(
             rows.append(
                 ComparisonRow(
                     run_id=run.run_id,
-                    label=run.label,
+                    label=labels[run.run_id],
                     engine_kind=run.engine_kind,
                     node=run.node,
                     simulated=run.simulated,
@@ -196,7 +198,8 @@ def compare(
                     failures_by_kind=dict(s.failures_by_kind),
                 )
             )
-    return Comparison(runs=tuple(runs), rows=tuple(rows), warnings=tuple(workload_gaps(summaries)))
+    warnings = (*differences(runs), *workload_gaps(summaries))
+    return Comparison(runs=tuple(runs), rows=tuple(rows), warnings=warnings, labels=labels)
 
 
 # (metric, higher is better)

@@ -104,6 +104,17 @@ class EngineTelemetry:
     """A crashed engine's exit code, where its runtime knows it (optional, protocol 1)."""
     last_log_line: str | None = None
     """The engine's newest log line the agent kept (a failed start, a crash)."""
+    model: str | None = None
+    """The model it serves as its start named it (a simulator: its profile); optional."""
+    runtime: str | None = None
+    """compose | process | sim (optional, protocol 1)."""
+    gpu_ids: tuple[int, ...] = ()
+    """The node's GPUs it was started on (none: CPU, a simulator, or an older agent)."""
+    port: int | None = None
+    """The node port its API listens on: two engines of one kind differ by it."""
+    started_at: float | None = None
+    """Epoch seconds on the node's clock when the agent started or adopted it (uptime is
+    the frame's ``ts`` minus this: both on one clock)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,18 @@ class FastTable(ScrollView, Generic[V], can_focus=True):
         self._header = self._strip([label for label, _ in self.columns], HEADER_STYLE)
 
     # -- data --------------------------------------------------------------------
+    def set_columns(self, columns: Sequence[tuple[str, int]]) -> None:
+        """New column widths (the node names grew): every cached row is drawn again."""
+        columns = tuple(columns)
+        if columns == self.columns:
+            return
+        self.columns = columns
+        self._cache.clear()
+        self._width = sum(w + 2 * PAD for _, w in self.columns)
+        self._header = self._strip([label for label, _ in self.columns], HEADER_STYLE)
+        self.virtual_size = Size(self._width, len(self.items) + 1)
+        self.refresh()
+
     def set_items(self, items: Sequence[Item[V]]) -> None:
         keys = [i.key for i in items]
         changed = keys != [i.key for i in self.items]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
+from agents.protocol import EngineInfo
 from alerts import Alert
 from runs.events import ProgressEvent
 from store import Comparison, LevelRow, RunInfo
@@ -71,6 +72,19 @@ class ComparisonLoaded(Message, bubble=False):
 class LogLine(Message):
     engine_id: str
     line: str
+
+
+@dataclass
+class EngineDetailLoaded(Message):
+    """What the agent answered for the selected engine: its record and newest log lines
+    (``note``: why either is missing)."""
+
+    asked_for: tuple[str, str, object]
+    """(node, engine id, its row's state) the answer was asked for: a later change of the
+    row (a crash) asks again, and an answer to the earlier question is dropped."""
+    info: EngineInfo | None
+    log_lines: list[str]
+    note: str | None = None
 
 
 @dataclass

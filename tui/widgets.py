@@ -11,8 +11,17 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from alerts import Alert, Severity
+from control.fleet_view import (
+    EngineItem,
+    GpuItem,
+    fmt_duration,
+    gpus_label,
+    model_label,
+    node_column_width,
+    uptime_s,
+)
 from control.model import NodeState, fmt, fmt_bytes, gauge, mem_pct, sparkline
-from telemetry import EngineTelemetry, GpuSample
+from telemetry import EngineTelemetry
 from tui.fasttable import Cell, Item
 
 Row = tuple[str, Sequence[Cell]]
@@ -91,16 +100,30 @@ GPU_COLUMNS: Columns = (
 ENGINE_COLUMNS: Columns = (
     ("Node", 10),
     ("Engine", 10),
-    ("Kind", 12),
+    ("Kind", 8),
+    ("Model", 18),
     ("State", 8),
     ("Health", 9),
+    ("Runtime", 7),
+    ("GPUs", 5),
+    ("Port", 5),
+    ("Up", 6),
     ("KV cache", 13),
     ("Run", 4),
     ("Wait", 4),
     ("tok/s", 6),
-    ("tok/s history", 13),
     ("TTFT p50", 8),
+    ("tok/s history", 13),
 )
+"""What tells two engines of one kind apart (model, port, GPUs) beside state and health;
+the history last, where a narrow terminal scrolls to it."""
+
+
+def with_node_width(columns: Columns, names: Sequence[str]) -> Columns:
+    """``columns`` with the Node column as wide as the fleet's names need, an alert's
+    mark ("▲ ") in front of them included."""
+    width = node_column_width([f"{ALERT_GLYPH} {name}" for name in names])
+    return tuple((label, width if label == "Node" else w) for label, w in columns)
 
 
 def add_fixed_columns(table: DataTable[Cell], columns: Columns) -> DataTable[Cell]:
@@ -110,9 +133,6 @@ def add_fixed_columns(table: DataTable[Cell], columns: Columns) -> DataTable[Cel
 
 
 SPARK_W = 12
-
-GpuItem = tuple[NodeState, GpuSample]
-EngineItem = tuple[NodeState, EngineTelemetry]
 
 
 def gpu_items(nodes: Sequence[NodeState]) -> list[tuple[str, GpuItem]]:
@@ -156,6 +176,12 @@ def engine_items(nodes: Sequence[NodeState]) -> list[tuple[str, EngineItem]]:
     return [(f"{n.name}/{e.id}", (n, e)) for n in nodes for e in n.engines]
 
 
+def runtime_cell(e: EngineTelemetry) -> Cell:
+    if e.simulated:
+        return Text(e.runtime or "sim", style="magenta")
+    return e.runtime or "n/a"
+
+
 def engine_cells(item: EngineItem) -> tuple[Cell, ...]:
     n, e = item
     # 7-cell bar: with " 100%" and the estimate mark "~" it fills the 13-wide column exactly.
@@ -163,15 +189,20 @@ def engine_cells(item: EngineItem) -> tuple[Cell, ...]:
     return (
         n.name,
         e.id,
-        e.kind + (" SIM" if e.simulated else ""),
+        e.kind,
+        model_label(e.model),
         e.state,
         health_cell(e.health),
+        runtime_cell(e),
+        gpus_label(e.gpu_ids),
+        "-" if e.port is None else str(e.port),
+        fmt_duration(uptime_s(e, n.frame.ts) if n.frame else None),
         kv,
         fmt(e.requests_running),
         fmt(e.requests_waiting),
         fmt(e.generation_tok_s, "", 0),
-        Text(sparkline(n.engine_tok_s.get(e.id, ()), SPARK_W), style="cyan"),
         fmt(None if e.ttft_p50_s is None else e.ttft_p50_s * 1000, " ms"),
+        Text(sparkline(n.engine_tok_s.get(e.id, ()), SPARK_W), style="cyan"),
     )
 
 

@@ -165,6 +165,11 @@ class EngineScraper:
             "scrape_error": scrape.error,
             "exit_code": dep.exit_code,
             "last_log_line": dep.last_log_line,
+            "model": dep.model,
+            "runtime": dep.runtime,
+            "gpu_ids": dep.gpu_ids,
+            "port": dep.port,
+            "started_at": dep.started_at,
         }
         if sample is None:
             return EngineTelemetry(**base)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agents.protocol import EngineInfo, ImagePull, KvCapacity
+from agents.protocol import EngineInfo, ImagePull, KvCapacity, config_model
 from agents.security import redacted
 
 
@@ -53,6 +53,10 @@ class Deployment:
     @property
     def url(self) -> str | None:
         return None if self.port is None else f"http://{self.host}:{self.port}"
+
+    @property
+    def model(self) -> str | None:
+        return config_model(self.config)
 
     @property
     def project(self) -> str:

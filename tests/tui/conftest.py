@@ -34,6 +34,11 @@ def engines_at_load() -> tuple[EngineTelemetry, ...]:
             health="healthy",
             simulated=True,
             url="http://127.0.0.1:9/",
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            runtime="sim",
+            gpu_ids=(0, 1, 2, 3),
+            port=8000,
+            started_at=EPOCH - 3600,
             kv_cache_usage=0.62,
             requests_running=48,
             requests_waiting=16,
@@ -41,7 +46,15 @@ def engines_at_load() -> tuple[EngineTelemetry, ...]:
             ttft_p50_s=0.412,
         ),
         EngineTelemetry(
-            id="ollama-b", kind="ollama", state="loading", health="loading", simulated=True
+            id="ollama-b",
+            kind="ollama",
+            state="loading",
+            health="loading",
+            simulated=True,
+            model="llama3.2",
+            runtime="sim",
+            port=11434,
+            started_at=EPOCH + 75,
         ),
     )
 

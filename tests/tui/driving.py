@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,11 @@ class Live:
 
 @asynccontextmanager
 async def live_app(
-    tmp_path: Path, node: str, what: str, **agent_options: Any
+    tmp_path: Path, node: str, what: str, *, config: Config | None = None, **agent_options: Any
 ) -> AsyncIterator[Live]:
-    """The app over one embedded agent (replayed GPUs), once the agent's first frame is in."""
-    config = Config(db_path=tmp_path / "runs.db")
+    """The app over one embedded agent (replayed GPUs), once the agent's first frame is in
+    (``config``: the operator's, e.g. with load profiles; its store goes under tmp_path)."""
+    config = replace(config or Config(), db_path=tmp_path / "runs.db")
     agent = embedded_config(
         platform="replay",
         node_name=node,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable
 
+from control.load_view import finished_levels
 from tests.tui.driving import live_app
 from tests.tui.helpers import text_of, wait_until
 
@@ -33,10 +34,10 @@ async def _start_sweep(live: Any) -> Any:
     await pilot.click("#run")
     levels = screen.query_one("#load-levels", DataTable)
 
-    def finished_levels() -> int:
-        return sum(1 for k in levels.rows if str(levels.get_row(k)[-1]) == "done")
+    def finished() -> int:
+        return finished_levels(levels.get_row(k) for k in levels.rows)
 
-    await wait_until(pilot, lambda: finished_levels() >= 1, "the first level", timeout_s=120)
+    await wait_until(pilot, lambda: finished() >= 1, "the first level", timeout_s=120)
     return screen
 
 

@@ -263,6 +263,7 @@ def running_level_events(summary: Any) -> list[Any]:
 
 def test_load_running(snap_compare: Any, seed_store: Any) -> None:
     """A level part-way: its live row already shows ITL percentiles so far."""
+    from control.load_view import LOAD_LEVEL_COLUMNS
     from tui.messages import LoadProgress
 
     app = frozen_app(frozen_services(store=seed_store))
@@ -275,10 +276,12 @@ def test_load_running(snap_compare: Any, seed_store: Any) -> None:
         for event in running_level_events(level):
             screen.on_load_progress(LoadProgress(event))
         await settle(pilot, app)
-        conc, ok, _fail, _tps, _t50, _t99, itl50, itl99, in_flight = (
-            str(cell) for cell in screen.query_one("#load-levels", DataTable).get_row_at(0)
+        cells = [str(cell) for cell in screen.query_one("#load-levels", DataTable).get_row_at(0)]
+        shown = dict(zip([label for label, _ in LOAD_LEVEL_COLUMNS], cells, strict=True))
+        level_, ok, in_flight, itl50, itl99 = (
+            shown[c] for c in ("Level", "OK", "in flight", "ITL p50", "ITL p99")
         )
-        assert (conc, ok, in_flight) == ("8", str(level.completed * 2 // 3), "8")
+        assert (level_, ok, in_flight) == ("c=8", str(level.completed * 2 // 3), "8")
         assert itl50 == f"{level.itl_s.p50 * 1000:.1f}" and itl99 == f"{level.itl_s.p99 * 1000:.1f}"
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
@@ -294,7 +297,8 @@ def test_an_estimated_full_kv_cache_fits_its_engine_column() -> None:
     engine = dataclasses.replace(
         engines_at_load()[0], kv_cache_usage=1.0, kv_cache_usage_is_estimate=True
     )
-    kv = engine_cells((NodeState("n"), engine))[5]
+    labels = [label for label, _ in ENGINE_COLUMNS]
+    kv = engine_cells((NodeState("n"), engine))[labels.index("KV cache")]
     width = dict(ENGINE_COLUMNS)["KV cache"]
     assert kv.endswith(" 100%~") and len(kv) <= width
 

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from control.alerts import AlertCenter
+from control.config import Config
 from control.model import FleetModel
 from control.services import Services
 from runs.events import RunEvent
@@ -39,6 +40,9 @@ class ScreenHost(Protocol):
 
     @property
     def alerts(self) -> AlertCenter: ...
+
+    @property
+    def config(self) -> Config: ...
 
     selected_node: str | None
     """The node the Node screen shows (and the Engines screen offers first)."""

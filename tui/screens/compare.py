@@ -13,10 +13,11 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from control.compare_view import Curve, comparison_curves, comparison_table, run_label
+from control.compare_view import Curve, comparison_curves, comparison_table
 from control.exporting import export_comparison
 from control.services import describe_error
 from store import RunInfo
+from store.labels import base_label
 from tui.charts import Chart, ChartData, series_of
 from tui.messages import ComparisonLoaded, RunsLoaded
 from tui.screens.shared import RunsScreen
@@ -55,7 +56,7 @@ class CompareScreen(RunsScreen):
         yield DataTable(id="compare-table", cursor_type="row")
         with Horizontal(id="compare-lower"):
             with Vertical(id="compare-pick"):
-                yield Static("Runs (space picks)", classes="section")
+                yield Static("Runs (space picks)", classes="section", id="pick-title")
                 yield SelectionList[str](id="pick", compact=True)
             yield Chart(id="curve-tps")
             yield Chart(id="curve-ttft")
@@ -78,7 +79,7 @@ class CompareScreen(RunsScreen):
             pick.add_options(
                 [
                     Selection(
-                        f"{run_label(r)} · {when(r.created_at)[5:]}",
+                        f"{base_label(r)} · {when(r.created_at)[5:]}",
                         r.run_id,
                         r.run_id in chosen,
                     )
@@ -87,11 +88,18 @@ class CompareScreen(RunsScreen):
             )
             if runs:  # space toggles the highlighted run: start on the first
                 pick.highlighted = 0
+        self._count_picks(len(chosen & {r.run_id for r in runs}))
         self.show_comparison([r.run_id for r in runs if r.run_id in chosen])
 
     def on_selection_list_selected_changed(self, event: SelectionList.SelectedChanged[str]) -> None:
         selected = set(event.selection_list.selected)
+        self._count_picks(len(selected))
         self.show_comparison([r.run_id for r in self._runs if r.run_id in selected])
+
+    def _count_picks(self, picked: int) -> None:
+        self.query_one("#pick-title", Static).update(
+            f"Runs: {picked} of {len(self._runs)} picked (space)"
+        )
 
     @work(exclusive=True, group="compare-show", exit_on_error=False)
     async def show_comparison(self, run_ids: list[str]) -> None:
@@ -122,7 +130,9 @@ class CompareScreen(RunsScreen):
             table.add_row(*cells, key=key)
         simulated = any(r.simulated for r in comparison.runs)
         title.update(
-            f"{len(comparison.runs)} runs: {view.title}"
+            f"{len(view.rows)} runs"
+            + (f" ({view.unfinished} without a finished level)" if view.unfinished else "")
+            + f": {view.title}"
             + ("  [simulated engines]" if simulated else "")
             + "".join(f"\nwarning: {warning}" for warning in comparison.warnings)
         )

@@ -11,6 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from alerts import Alert
+from control.fleet_view import SortKey, by_name, engine_value, gpu_value, sort_rows
 from control.model import (
     NodeState,
     NodeStatus,
@@ -30,6 +31,7 @@ from tui.widgets import (
     mark_row,
     marked,
     with_alerts,
+    with_node_width,
 )
 
 STALE_AFTER_S = 5.0
@@ -127,7 +129,10 @@ class FleetScreen(FilteredScreen):
     FILTER_TARGET = "#nodes"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_node", "Open node", show=False),
+        Binding("o", "cycle_sort", "Sort"),
     ]
+    sort_key = SortKey.NODE
+    _node_names: tuple[str, ...] | None = None
 
     def body(self) -> ComposeResult:
         yield Input(
@@ -136,12 +141,21 @@ class FleetScreen(FilteredScreen):
         yield Static("Nodes", classes="section")
         yield FastTable(NODE_COLUMNS, _node_row, id="nodes")
         yield Static("", id="node-errors", classes="hidden")
-        yield Static("GPUs", classes="section")
+        yield Static(self._section("GPUs"), id="gpus-title", classes="section")
         yield FastTable(GPU_COLUMNS, marked(gpu_cells), id="gpus")
-        yield Static("Engines", classes="section")
+        yield Static(self._section("Engines"), id="engines-title", classes="section")
         yield FastTable(ENGINE_COLUMNS, marked(engine_cells), id="engines")
 
     def on_mount(self) -> None:
+        self.refresh_fleet()
+
+    def _section(self, title: str) -> str:
+        return f"{title}  (sorted by {self.sort_key}; o cycles)"
+
+    def action_cycle_sort(self) -> None:
+        self.sort_key = self.sort_key.next()
+        self.query_one("#gpus-title", Static).update(self._section("GPUs"))
+        self.query_one("#engines-title", Static).update(self._section("Engines"))
         self.refresh_fleet()
 
     def _filtered(self) -> list[NodeState]:
@@ -157,7 +171,7 @@ class FleetScreen(FilteredScreen):
         ]
 
     def refresh_fleet(self) -> None:
-        nodes = self._filtered()
+        nodes = by_name(self._filtered())
         now = self.top.services.clock()
         center = self.top.alerts
         marks = {n.name: center.marks(n.name) for n in nodes}
@@ -182,11 +196,26 @@ class FleetScreen(FilteredScreen):
         )
         if str(box.render()) != text:
             box.update(Text(text, style="bold red"))
-        gpus = with_alerts(versioned(gpu_items(nodes)), on_target("gpu{}"), center.version)
+        self._fit_node_column(tuple(self.top.model.nodes))
+        gpu_rows = sort_rows(gpu_items(nodes), self.sort_key, gpu_value)
+        gpus = with_alerts(versioned(gpu_rows), on_target("gpu{}"), center.version)
+        engine_rows = sort_rows(engine_items(nodes), self.sort_key, engine_value)
+        engines = with_alerts(versioned(engine_rows), on_target("engine {}"), center.version)
         self.query_one("#gpus", FastTable).set_items(gpus)
-        engines = versioned(engine_items(nodes))
-        marked_engines = with_alerts(engines, on_target("engine {}"), center.version)
-        self.query_one("#engines", FastTable).set_items(marked_engines)
+        self.query_one("#engines", FastTable).set_items(engines)
+
+    def _fit_node_column(self, names: tuple[str, ...]) -> None:
+        """Every table's Node column as wide as the fleet's names (all of them: a filter
+        does not move the columns), measured when the names change."""
+        if names == self._node_names:
+            return
+        self._node_names = names
+        for table_id, columns in (
+            ("#nodes", NODE_COLUMNS),
+            ("#gpus", GPU_COLUMNS),
+            ("#engines", ENGINE_COLUMNS),
+        ):
+            self.query_one(table_id, FastTable).set_columns(with_node_width(columns, names))
 
     def action_clear_filter(self) -> None:
         super().action_clear_filter()

@@ -19,16 +19,18 @@ HELP_TEXT = """\
   [b]/[/b] filter   [b]esc[/b] close
   [b]enter[/b] open the selected node / run
 
-  Fleet      enter: open the node
+  Fleet      enter: open the node   o: sort by node / GPU util / memory / tok/s / KV
   Node       [ / ]: previous / next node   f: follow the selected engine's logs
+             (the selected engine's config, exit reason and last log lines beside it)
   Engines    s: start   x: stop   w: swap (fit estimate shown before starting)
   Load test  r: run the profile against the target engine (saved to the store)
+             e: edit the profile (levels, requests, lengths, warm-up, timeout, SLO; save)
   Compare    space: pick runs   m / c / j: export markdown / csv / json
   History    enter / o: open   d: delete   e: export markdown
   Alerts     a: acknowledge (silence) the selected alert; the header counts the rest
 
 Values a device or engine does not report are shown as n/a, never 0.
-Engines marked SIM are simulated; replayed GPU telemetry says "replay".
+Engines whose runtime is sim (runs marked SIM) are simulated; replayed GPU telemetry says "replay".
 """
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import ClassVar
 
 from rich.markup import escape
@@ -16,15 +17,18 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
 
-from control.loads import (
-    LOAD_FROM,
-    PROFILES,
-    LoadRequest,
-    path_label,
-    profile,
-    resolve_target,
+from control.config import config_path
+from control.load_profiles import LoadProfile, all_profiles, save_profile
+from control.load_view import (
+    FEW,
+    LOAD_LEVEL_COLUMNS,
+    LevelRow,
+    finished_levels,
+    level_row,
+    progress_row,
+    started_row,
 )
-from control.model import fmt
+from control.loads import LOAD_FROM, LoadRequest, path_label, resolve_target
 from control.services import describe_error
 from loadgen.report import level_label
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
@@ -34,23 +38,11 @@ from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
 from tui.fasttable import Cell
 from tui.messages import LoadFinished, LoadProgress, RunsChanged
+from tui.profile_form import ProfileEdit, ProfileForm
 from tui.screens.base import BaseScreen
 from tui.screens.shared import Confirm
-from tui.widgets import Row, add_fixed_columns, gpu_rows, sync_table
+from tui.widgets import add_fixed_columns, gpu_rows, sync_table
 
-# Fits the 74 columns left of the GPU panel at 120 wide (each cell pads 1 each side);
-# the unit (ms) is in the caption above the table.
-LOAD_LEVEL_COLUMNS = (
-    ("Conc", 4),
-    ("OK", 4),
-    ("Fail", 4),
-    ("tok/s", 6),
-    ("TTFT p50", 8),
-    ("TTFT p99", 8),
-    ("ITL p50", 7),
-    ("ITL p99", 7),
-    ("in flight", 9),
-)
 LOAD_GPU_COLUMNS = (
     ("#", 2),
     ("Util", 4),
@@ -61,36 +53,18 @@ LOAD_GPU_COLUMNS = (
 )
 
 
-def _ms(v: float | None, digits: int = 0) -> str:
-    return fmt(None if v is None else v * 1000, "", digits)
-
-
-def level_row(summary: LevelSummary) -> Row:
-    return (
-        str(summary.level_index),
-        (
-            fmt(summary.concurrency),
-            str(summary.completed),
-            str(summary.failed),
-            fmt(summary.output_tok_s),
-            _ms(summary.ttft_s.p50),
-            _ms(summary.ttft_s.p99),
-            _ms(summary.itl_s.p50, 1),
-            _ms(summary.itl_s.p99, 1),
-            "done",
-        ),
-    )
-
-
 class LoadScreen(BaseScreen):
     MODE = "load"
     AUTO_FOCUS = "#target"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "run", "Run load test"),
         Binding("c", "cancel_run", "Cancel run"),
+        Binding("e", "edit_profile", "Edit profile"),
     ]
 
     def body(self) -> ComposeResult:
+        self._profiles = list(all_profiles(self.top.config.load_profiles))
+        """Built in, from the config file, and those edited in this session."""
         with Horizontal(id="load-main"):
             with Vertical(id="load-left"):
                 with Horizontal(classes="row"):
@@ -98,9 +72,9 @@ class LoadScreen(BaseScreen):
                     yield Select[str]([], id="target", prompt="healthy engine", compact=True)
                     yield Label(" Profile ")
                     yield Select[str](
-                        [(p.name, p.name) for p in PROFILES],
+                        [(p.name, p.name) for p in self._profiles],
                         id="profile",
-                        value=PROFILES[0].name,
+                        value=self._profiles[0].name,
                         allow_blank=False,
                         compact=True,
                     )
@@ -117,7 +91,10 @@ class LoadScreen(BaseScreen):
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
                 yield Static("", id="load-path")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
-                yield Static("Levels (latencies in ms)", classes="section")
+                yield Static(
+                    f"Levels (latencies in ms; {FEW}: too few requests for that percentile)",
+                    classes="section",
+                )
                 table: DataTable[Cell] = DataTable(id="load-levels", cursor_type="row")
                 add_fixed_columns(table, LOAD_LEVEL_COLUMNS)
                 yield table
@@ -131,7 +108,7 @@ class LoadScreen(BaseScreen):
         self.target_keys: list[str] = []
         """The healthy engines (node/engine) the target list offers."""
         self._tps: list[tuple[float, float]] = []
-        self._levels: dict[str, Row] = {}
+        self._levels: dict[str, LevelRow] = {}
         self._failures: dict[int, list[str]] = {}
         """Each finished level's failure kinds with the engine's own words."""
         self._summaries: list[LevelSummary] = []
@@ -189,7 +166,7 @@ class LoadScreen(BaseScreen):
         if event.select.id == "target":
             self.refresh_fleet()
         elif event.select.id == "profile" and not self._load_running:
-            self.query_one("#load-status", Static).update(profile(str(event.value)).description)
+            self.query_one("#load-status", Static).update(self._profile().description)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "run":
@@ -205,7 +182,7 @@ class LoadScreen(BaseScreen):
             self.notify("pick a healthy target engine first", severity="warning")
             return
         node, engine, url = targets[value]
-        prof = profile(str(self.query_one("#profile", Select).value))
+        prof = self._profile()
         chosen = self.query_one("#load-from", Select).value
         load_from = next((v for _, v in LOAD_FROM if v == chosen), LOAD_FROM[0][1])
         request = LoadRequest(
@@ -225,13 +202,47 @@ class LoadScreen(BaseScreen):
         self._failures.clear()
         self.query_one("#load-failures", Static).display = False
         self._summaries.clear()
-        self._planned = len(prof.concurrency)
+        self._planned = prof.level_count
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
         self.query_one("#load-status", Static).update(
             f"starting {prof.description} on {value}, {where}"
         )
         self._run(request)
+
+    def _profile(self) -> LoadProfile:
+        chosen = self.query_one("#profile", Select).value
+        return next((p for p in self._profiles if p.name == chosen), self._profiles[0])
+
+    def action_edit_profile(self) -> None:
+        """The picked profile in a form: used for the next run, or saved by name."""
+        path = self.top.config.source or config_path()
+
+        def done(edit: ProfileEdit | None) -> None:
+            if edit is None:
+                return
+            named = {p.name: i for i, p in enumerate(self._profiles)}
+            if edit.profile.name in named:
+                self._profiles[named[edit.profile.name]] = edit.profile
+            else:
+                self._profiles.append(edit.profile)
+            select = self.query_one("#profile", Select)
+            select.set_options([(p.name, p.name) for p in self._profiles])
+            select.value = edit.profile.name
+            self.query_one("#load-status", Static).update(edit.profile.description)
+            if edit.save:
+                self._save_profile(path, edit.profile)
+
+        self.app.push_screen(ProfileForm(self._profile(), str(path)), done)
+
+    @work(group="profile-save", exit_on_error=False)
+    async def _save_profile(self, path: Path, prof: LoadProfile) -> None:
+        try:
+            await asyncio.to_thread(save_profile, path, prof)
+        except Exception as exc:  # the file's problem in words; the profile stays offered
+            self.notify(f"profile {prof.name} not saved: {describe_error(exc)}", severity="error")
+            return
+        self.notify(f"profile {prof.name} saved in {path}")
 
     @work(exclusive=True, group="load", exit_on_error=False)
     async def _run(self, request: LoadRequest) -> None:
@@ -296,25 +307,10 @@ class LoadScreen(BaseScreen):
         event = message.event
         status = self.query_one("#load-status", Static)
         if isinstance(event, LevelStarted):
-            self._levels[str(event.level_index)] = (
-                str(event.level_index),
-                (fmt(event.concurrency), "0", "0", "-", "-", "-", "-", "-", "starting"),
-            )
+            self._levels[str(event.level_index)] = started_row(event)
         elif isinstance(event, LevelProgress):
-            self._levels[str(event.level_index)] = (
-                str(event.level_index),
-                (
-                    self._levels.get(str(event.level_index), ("", ("?",)))[1][0],
-                    str(event.completed),
-                    str(event.failed),
-                    fmt(event.output_tok_s),
-                    _ms(event.ttft_p50_s),
-                    _ms(event.ttft_p99_s),
-                    _ms(event.itl_p50_s, 1),
-                    _ms(event.itl_p99_s, 1),
-                    str(event.in_flight),
-                ),
-            )
+            level = self._levels.get(str(event.level_index), ("", ("?",)))[1][0]
+            self._levels[str(event.level_index)] = progress_row(event, level)
             self._tps.append((event.elapsed_s + 1000 * event.level_index, event.output_tok_s))
             errors = failures_text(event.errors_by_kind) or "none"
             status.update(
@@ -329,8 +325,7 @@ class LoadScreen(BaseScreen):
             self._levels[row[0]] = row
             self._show_failures(event.summary)
             self.query_one("#load-progress", ProgressBar).update(
-                progress=len([r for r in self._levels.values() if r[1][-1] == "done"])
-                / self._planned
+                progress=self._finished() / self._planned
             )
         elif isinstance(event, RunStarted):
             self.query_one("#load-path", Static).update(path_label(event.setup))
@@ -341,6 +336,9 @@ class LoadScreen(BaseScreen):
             [self._levels[k] for k in sorted(self._levels, key=int)],
         )
         self._draw_tps()
+
+    def _finished(self) -> int:
+        return finished_levels(cells for _, cells in self._levels.values())
 
     def _show_failures(self, summary: LevelSummary) -> None:
         """Under the table: each level's failure kinds with a sample of the engine's
@@ -367,7 +365,7 @@ class LoadScreen(BaseScreen):
         self._load_running, self.running_target, self._recorder = False, None, None
         status = self.query_one("#load-status", Static)
         if self._stop_reason is not None and message.run_id:
-            kept = len([r for r in self._levels.values() if r[1][-1] == "done"])
+            kept = self._finished()
             status.update(
                 f"[yellow]load test {self._stop_reason}: run {message.run_id} saved as "
                 f"interrupted with its {kept} finished level(s)[/]"

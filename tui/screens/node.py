@@ -10,15 +10,17 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Grid, Horizontal, Vertical
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Log, Static
 
+from control.fleet_view import DETAIL_LOG_LINES, engine_detail
 from control.model import GpuHistory, NodeState, NodeStatus, fmt_bytes
 from control.nodes import AgentLike
 from control.services import describe_error
+from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, series_of
 from tui.fasttable import Cell
-from tui.messages import LogLine
+from tui.messages import EngineDetailLoaded, LogLine
 from tui.screens.base import BaseScreen
 from tui.widgets import (
     ALERT_GLYPH,
@@ -118,9 +120,14 @@ class NodeScreen(BaseScreen):
                 add_fixed_columns(procs, PROCESS_COLUMNS)
                 yield procs
             with Vertical(id="log-pane"):
+                with VerticalScroll(id="engine-detail-box"):
+                    yield Static("select an engine for its details", id="engine-detail")
                 yield Static("logs: select an engine and press f", id="log-title")
                 yield Log(id="engine-log", max_lines=2000)
         self._following: str | None = None
+        self._detail: tuple[str, str, object] | None = None
+        """(node, engine id, what its row showed) the detail pane was last fetched for."""
+        self._answer: EngineDetailLoaded | None = None
 
     def on_mount(self) -> None:
         self.refresh_fleet()
@@ -161,6 +168,66 @@ class NodeScreen(BaseScreen):
         ]
         sync_table(self.query_one("#node-engines", DataTable), rows)
         sync_table(self.query_one("#gpu-processes", DataTable), process_rows(node))
+        self._show_detail(node)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        node = self._node()
+        if event.data_table.id == "node-engines" and node is not None:
+            self._show_detail(node)
+
+    def _selected(self, node: NodeState) -> EngineTelemetry | None:
+        key = selected_key(self.query_one("#node-engines", DataTable))
+        engine_id = key.split("/", 1)[1] if key else None
+        return next((e for e in node.engines if e.id == engine_id), None)
+
+    def _show_detail(self, node: NodeState) -> None:
+        """The selected engine's detail: drawn from its row now, the agent asked again for
+        its config and log when the selection or the engine's state changes (a crash)."""
+        engine = self._selected(node)
+        if engine is None:
+            return
+        wanted = (node.name, engine.id, (engine.state, engine.health, engine.exit_code))
+        if wanted != self._detail:
+            self._detail = wanted
+            self._answer = None
+            self._fetch_detail(wanted)
+        answer = self._answer
+        lines = engine_detail(
+            engine,
+            node.frame.ts if node.frame else None,
+            answer.info if answer else None,
+            answer.log_lines if answer else [],
+            answer.note if answer else "asking the agent for its config and log…",
+        )
+        text = "\n".join(lines)
+        box = self.query_one("#engine-detail", Static)
+        if str(box.render()) != text:
+            box.update(Text(text))
+
+    @work(exclusive=True, group="engine-detail", exit_on_error=False)
+    async def _fetch_detail(self, asked_for: tuple[str, str, object]) -> None:
+        node, engine_id, _ = asked_for
+        handle = self.top.services.node(node)
+        if handle is None or handle.client is None:
+            note = f"config and log: no agent client for {node}"
+            self.post_message(EngineDetailLoaded(asked_for, None, [], note))
+            return
+        try:
+            info = next((e for e in await handle.client.engines() if e.id == engine_id), None)
+            lines = [line async for line in handle.client.logs(engine_id, DETAIL_LOG_LINES)]
+        except Exception as exc:  # the agent's words in the pane, the screen goes on
+            note = f"config and log: {describe_error(exc)}"
+            self.post_message(EngineDetailLoaded(asked_for, None, [], note))
+            return
+        self.post_message(EngineDetailLoaded(asked_for, info, lines))
+
+    def on_engine_detail_loaded(self, message: EngineDetailLoaded) -> None:
+        if message.asked_for != self._detail:
+            return  # an answer for an engine no longer selected, or from before it changed
+        self._answer = message
+        node = self._node()
+        if node is not None:
+            self._show_detail(node)
 
     def action_cycle(self, step: int) -> None:
         names = list(self.top.model.nodes)
