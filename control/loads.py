@@ -10,6 +10,7 @@ would.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -165,6 +166,36 @@ async def _run_on_node(
         async with contextlib.aclosing(events):  # closing it stops the run on the node
             async for event in events:
                 yield event
+
+
+async def until_stopped(
+    events: AsyncGenerator[ProgressEvent, None], stop: asyncio.Event
+) -> AsyncGenerator[ProgressEvent, None]:
+    """``events`` until ``stop`` is set, then at once: the read under way is cancelled,
+    which stops the run (``run_load``'s iterators stop it when left early) and hands its
+    last requests, those it cut and its end to its recorder before this returns.  Not at
+    the run's next event: by then the worker may have finished its last level, and a
+    run before its first event (sizing its prompts) says nothing for a while."""
+    stopped = asyncio.ensure_future(stop.wait())
+    read: asyncio.Future[ProgressEvent] | None = None
+    try:
+        while not stop.is_set():
+            read = asyncio.ensure_future(anext(events))
+            await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not read.done():
+                return  # stopped: the read is cancelled below
+            try:
+                event = read.result()
+            except StopAsyncIteration:
+                return
+            read = None
+            yield event
+    finally:
+        stopped.cancel()
+        if read is not None and not read.done():
+            read.cancel()
+            # the run's own clean-up runs in the read: wait for it, not for a result
+            await asyncio.gather(read, return_exceptions=True)
 
 
 def path_label(setup: RunSetup) -> str:
