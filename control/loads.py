@@ -168,6 +168,24 @@ async def _run_on_node(
                 yield event
 
 
+async def context_refusal(request: LoadRequest) -> str | None:
+    """Why the profile's requests cannot fit the engine's context (``control.preflight``:
+    prompt + output longer than the context the engine states), before any request is
+    sent; None when they fit or the engine does not say."""
+    from control.preflight import PreflightError, check_fits, context_tokens
+
+    context = await context_tokens(
+        request.url, model=request.model, engine_kind=request.engine_kind, api_key=request.api_key
+    )
+    if context is None:
+        return None
+    try:
+        check_fits(request.profile.workload(), context, request.engine_kind, request.url)
+    except PreflightError as exc:
+        return str(exc)
+    return None
+
+
 async def until_stopped(
     events: AsyncGenerator[ProgressEvent, None], stop: asyncio.Event
 ) -> AsyncGenerator[ProgressEvent, None]:

@@ -20,6 +20,7 @@ from control.loads import (
     LOAD_FROM,
     PROFILES,
     LoadRequest,
+    context_refusal,
     path_label,
     profile,
     resolve_target,
@@ -244,6 +245,10 @@ class LoadScreen(BaseScreen):
             self.post_message(LoadFinished(None, "no load generator is configured", None))
             return
         request = await resolve_target(services.node(request.node), request)
+        refused = await context_refusal(request)
+        if refused is not None:  # nothing sent, nothing saved
+            self.post_message(LoadFinished(None, refused, None))
+            return
         if self._stop_reason is not None:  # cancelled while its target was resolved
             self.post_message(LoadFinished(None, None, None))
             return
@@ -379,6 +384,8 @@ class LoadScreen(BaseScreen):
                 f"[yellow]load test stopped, {escape(message.error or 'interrupted')}: run "
                 f"{message.run_id} saved as interrupted with its {kept} finished level(s)[/]"
             )
+        elif message.status is None:
+            status.update(f"[bold red]load test not started: {escape(message.error or '')}[/]")
         elif message.status != "completed":
             status.update(f"[bold red]load test failed: {escape(message.error or '')}[/]{saved}")
         else:
