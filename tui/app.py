@@ -21,6 +21,7 @@ from control.services import Report, Services, describe_error
 from control.ssh_tunnel import SshTunnel, TunnelState
 from runs.events import RunEvent
 from telemetry import TelemetryFrame
+from tui import guard
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands
 from tui.screens.alerts import AlertsScreen
@@ -75,6 +76,7 @@ class InferTopApp(App[int]):
 
     def __init__(self, config: Config, services: Services) -> None:
         super().__init__()
+        guard.install()  # a widget that fails to draw says why in its place; the app goes on
         self.config = config
         self.services = services
         self.model = FleetModel(
