@@ -189,6 +189,8 @@ class EngineScreen(BaseScreen):
                     for g in (node.frame.gpus if node and node.frame else ())
                 ]
             )
+            if gpus.option_count:  # space picks the first GPU at once, no Down first
+                gpus.highlighted = 0
         sync_table(self.query_one("#engine-table", DataTable), engine_rows([node] if node else []))
 
     @on(Select.Changed, "#node")

@@ -17,6 +17,7 @@ from control.model import (
     fmt,
     fmt_bytes,
 )
+from telemetry import EngineTelemetry, GpuSample
 from tui.fasttable import Cell, FastTable, Item
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
@@ -121,6 +122,27 @@ def versioned(items: list[tuple[str, tuple[NodeState, V]]]) -> list[Item[tuple[N
     return [Item(key, n.frame.seq if n.frame else -1, (n, x)) for key, (n, x) in items]
 
 
+def _engine_matches(engine: EngineTelemetry, text: str) -> bool:
+    return text in engine.id.lower() or text in engine.kind.lower()
+
+
+def _engines_matching(node: NodeState, text: str) -> set[str]:
+    return {e.id for e in node.engines if _engine_matches(e, text)}
+
+
+def _shows(node: NodeState, engine: EngineTelemetry, text: str) -> bool:
+    """An engine row under the filter: its node's name, or its own id or kind, matches."""
+    return not text or text in node.name.lower() or _engine_matches(engine, text)
+
+
+def _shows_gpu(node: NodeState, gpu: GpuSample, text: str) -> bool:
+    """A GPU row under the filter: its node's name matches, or an engine it runs does."""
+    if not text or text in node.name.lower():
+        return True
+    matching = _engines_matching(node, text)
+    return any(p.engine in matching for p in gpu.processes)
+
+
 class FleetScreen(FilteredScreen):
     MODE = "fleet"
     AUTO_FOCUS = "#nodes"
@@ -144,19 +166,18 @@ class FleetScreen(FilteredScreen):
     def on_mount(self) -> None:
         self.refresh_fleet()
 
+    def _filter_text(self) -> str:
+        return self.query_one("#filter", Input).value.strip().lower()
+
     def _filtered(self) -> list[NodeState]:
-        text = self.query_one("#filter", Input).value.strip().lower()
+        text = self._filter_text()
         nodes = list(self.top.model.nodes.values())
         if not text:
             return nodes
-        return [
-            n
-            for n in nodes
-            if text in n.name.lower()
-            or any(text in e.id.lower() or text in e.kind.lower() for e in n.engines)
-        ]
+        return [n for n in nodes if text in n.name.lower() or _engines_matching(n, text)]
 
     def refresh_fleet(self) -> None:
+        wanted = self._filter_text()
         nodes = self._filtered()
         now = self.top.services.clock()
         center = self.top.alerts
@@ -182,9 +203,11 @@ class FleetScreen(FilteredScreen):
         )
         if str(box.render()) != text:
             box.update(Text(text, style="bold red"))
-        gpus = with_alerts(versioned(gpu_items(nodes)), on_target("gpu{}"), center.version)
+        gpu_rows = [(k, (n, g)) for k, (n, g) in gpu_items(nodes) if _shows_gpu(n, g, wanted)]
+        gpus = with_alerts(versioned(gpu_rows), on_target("gpu{}"), center.version)
         self.query_one("#gpus", FastTable).set_items(gpus)
-        engines = versioned(engine_items(nodes))
+        engine_rows = [(k, (n, e)) for k, (n, e) in engine_items(nodes) if _shows(n, e, wanted)]
+        engines = versioned(engine_rows)
         marked_engines = with_alerts(engines, on_target("engine {}"), center.version)
         self.query_one("#engines", FastTable).set_items(marked_engines)
 

@@ -132,6 +132,8 @@ class LoadScreen(BaseScreen):
                 yield gpus
         self.target_keys: list[str] = []
         """The healthy engines (node/engine) the target list offers."""
+        self._lost: str | None = None
+        """The target that left the list (its engine stopped): none is picked in its place."""
         self._tps: list[tuple[float, float]] = []
         self._levels: dict[str, Row] = {}
         self._failures: dict[int, list[str]] = {}
@@ -175,7 +177,10 @@ class LoadScreen(BaseScreen):
             )
             if current in keys:
                 select.value = current
-            elif keys:  # useful at once: the first healthy engine, its node's GPUs beside
+            elif isinstance(current, str):  # never another engine in its place, silently
+                self._target_lost(current)
+            elif keys and self._lost is None:
+                # useful at once: the first healthy engine, its node's GPUs beside
                 select.value = keys[0]
         value = select.value
         node_name = value.split("/", 1)[0] if isinstance(value, str) else None
@@ -189,8 +194,19 @@ class LoadScreen(BaseScreen):
         ]
         sync_table(self.query_one("#load-gpus", DataTable), rows)
 
+    def _target_lost(self, key: str) -> None:
+        self._lost = key
+        said = (
+            f"target {key} is gone: its engine stopped or is no longer healthy; pick another target"
+        )
+        if not self._load_running:
+            self.query_one("#load-status", Static).update(f"[yellow]{escape(said)}[/]")
+        self.notify(said, severity="warning")
+
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "target":
+            if isinstance(event.value, str):
+                self._lost = None  # the operator's own pick
             self.refresh_fleet()
         elif event.select.id == "profile" and not self._load_running:
             self.query_one("#load-status", Static).update(profile(str(event.value)).description)
