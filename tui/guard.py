@@ -13,6 +13,11 @@ of every screen, instead of in each widget:
   draws line by line (the tables' ``render_line``) is covered too.
 
 A failure is logged (``textual console``) with its traceback and drawn as one red line.
+
+One key ended the app too, through a Textual 8.2.8 defect: PageUp / PageDown in a
+dropdown (a Select's list) whose lines were not laid out yet (a target list filled while
+the screen was away, opened at 80x24) looked up a line it had not made (KeyError).  A
+page move there now waits for the lines: it moves nothing until they exist.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from collections.abc import Callable
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._widget_navigation import Direction
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.visual import Visual, visualize
 from textual.widget import Widget
+from textual.widgets import OptionList
 
 ERROR_STYLE = Style(color="red", bold=True)
 
@@ -65,6 +72,18 @@ def _guard_lines(
     return guarded
 
 
+def _guard_paging(
+    move_page: Callable[[OptionList, Direction], None],
+) -> Callable[[OptionList, Direction], None]:
+    def guarded(self: OptionList, direction: Direction) -> None:
+        self._update_lines()
+        if (self.highlighted or 0) not in self._index_to_line:
+            return  # not laid out yet: no page to move by
+        move_page(self, direction)
+
+    return guarded
+
+
 _installed = False
 
 
@@ -76,4 +95,5 @@ def install() -> None:
     # the two calls every widget is drawn through (module note)
     Widget._render = _guard_visual(Widget._render)  # type: ignore[method-assign, assignment]
     Widget.render_lines = _guard_lines(Widget.render_lines)  # type: ignore[method-assign, assignment]
+    OptionList._move_page = _guard_paging(OptionList._move_page)  # type: ignore[method-assign, assignment]
     _installed = True

@@ -9,7 +9,7 @@ from typing import ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import (
     Button,
     DataTable,
@@ -75,7 +75,7 @@ class EngineScreen(BaseScreen):
         self._inventory: dict[str, ModelInventory] = {}
         """Per node, the models its agent listed (fetched when the node is picked)."""
         with Horizontal(id="engine-main"):
-            with Vertical(id="engine-form"):
+            with VerticalScroll(id="engine-form"):  # every action in reach at 80x24
                 yield Static("Launch", classes="section")
                 with Horizontal(classes="row"):
                     yield Label("Node    ")
