@@ -183,6 +183,7 @@ def _run(
                 model=target.model or None,
                 engine_kind=target.engine_kind,
                 api_key=target.api_key,
+                workload=workload,
             )
         )
     except PreflightError as exc:  # before any request: nothing is stored

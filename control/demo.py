@@ -16,14 +16,17 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.client import AgentClient
+from agents.client import AgentClient, AgentError
 from agents.embedded import embedded_agent, embedded_config
+from agents.protocol import EngineInfo
+from compose import LABEL_DEPLOYMENT
 from control.config import Config
 from control.demo_runs import SEED_PROFILES, simulate_seed_table
 from control.loads import run_load
@@ -89,11 +92,45 @@ def real_engine() -> RealEngine | None:
     return RealEngine(image) if probe.returncode == 0 else None
 
 
+def _stderr(text: str) -> None:
+    print(f"infer-top demo: {text}", file=sys.stderr, flush=True)
+
+
+async def stop_engines(client: AgentLike, say: Callable[[str], None]) -> None:
+    """Stop every engine on the demo's agent (the real llama.cpp container too, and any
+    still starting); one that cannot be stopped is named with how to remove it."""
+    try:
+        engines = await client.engines()
+    except AgentError as exc:
+        say(f"could not list the demo's engines to stop them: {exc}")
+        return
+    if not engines:
+        return
+    say(f"stopping the demo's {len(engines)} engine(s)")
+
+    async def stop(engine: EngineInfo) -> None:
+        try:
+            await client.stop(engine.id)
+        except AgentError as exc:
+            remove = (
+                f"docker rm -f $(docker ps -aq --filter label={LABEL_DEPLOYMENT}={engine.id})"
+                if engine.runtime == "compose"
+                else "stop its process"
+            )
+            say(
+                f"engine {engine.id} ({engine.kind}, {engine.runtime}) could not be stopped "
+                f"({exc}): {remove}"
+            )
+
+    await asyncio.gather(*(stop(e) for e in engines))
+
+
 @asynccontextmanager
 async def demo_services(
-    options: DemoOptions, real: RealEngine | None = None
+    options: DemoOptions, real: RealEngine | None = None, say: Callable[[str], None] = _stderr
 ) -> AsyncIterator[tuple[Config, Services]]:
-    """The demo's config and services; everything started is stopped on exit."""
+    """The demo's config and services; everything started is stopped on exit, every
+    engine included (``say`` tells the operator what is stopped, and what could not be)."""
     with tempfile.TemporaryDirectory(prefix="infer-top-demo-") as tmp:
         db = options.db or Path(tmp) / "demo.db"
         config = Config(db_path=db)
@@ -114,6 +151,9 @@ async def demo_services(
             url, token = await services.exit_stack.enter_async_context(embedded_agent(agent_config))
             client = AgentClient(url, token)
             services.exit_stack.push_async_callback(client.close)
+            # before the agent closes: it leaves Compose engines and processes running for
+            # the next agent to adopt, and no agent adopts a demo's (they would outlive it)
+            services.exit_stack.push_async_callback(stop_engines, client, say)
             services.nodes = (NodeHandle(DEMO_NODE, url, client, token=token),)
             services.banner = demo_banner(real)
 

@@ -10,6 +10,7 @@ would.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -130,6 +131,54 @@ async def _run_on_node(
         async with contextlib.aclosing(events):  # closing it stops the run on the node
             async for event in events:
                 yield event
+
+
+async def context_refusal(request: LoadRequest) -> str | None:
+    """Why the profile's requests cannot fit the engine's context (``control.preflight``:
+    prompt + output longer than the context the engine states), before any request is
+    sent; None when they fit or the engine does not say."""
+    from control.preflight import PreflightError, check_fits, context_tokens
+
+    context = await context_tokens(
+        request.url, model=request.model, engine_kind=request.engine_kind, api_key=request.api_key
+    )
+    if context is None:
+        return None
+    try:
+        check_fits(request.profile.workload(), context, request.engine_kind, request.url)
+    except PreflightError as exc:
+        return str(exc)
+    return None
+
+
+async def until_stopped(
+    events: AsyncGenerator[ProgressEvent, None], stop: asyncio.Event
+) -> AsyncGenerator[ProgressEvent, None]:
+    """``events`` until ``stop`` is set, then at once: the read under way is cancelled,
+    which stops the run (``run_load``'s iterators stop it when left early) and hands its
+    last requests, those it cut and its end to its recorder before this returns.  Not at
+    the run's next event: by then the worker may have finished its last level, and a
+    run before its first event (sizing its prompts) says nothing for a while."""
+    stopped = asyncio.ensure_future(stop.wait())
+    read: asyncio.Future[ProgressEvent] | None = None
+    try:
+        while not stop.is_set():
+            read = asyncio.ensure_future(anext(events))
+            await asyncio.wait({read, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not read.done():
+                return  # stopped: the read is cancelled below
+            try:
+                event = read.result()
+            except StopAsyncIteration:
+                return
+            read = None
+            yield event
+    finally:
+        stopped.cancel()
+        if read is not None and not read.done():
+            read.cancel()
+            # the run's own clean-up runs in the read: wait for it, not for a result
+            await asyncio.gather(read, return_exceptions=True)
 
 
 def path_label(setup: RunSetup) -> str:

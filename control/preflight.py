@@ -1,9 +1,11 @@
 """Pre-flight of a load run: before the first measured request, the endpoint answers,
-serves the model named, and is the engine kind named (or that kind is detected).
+serves the model named, is the engine kind named (or that kind is detected), and its
+context holds the run's longest request (prompt + output, where the engine says its
+context: the catalog's ``context_route``).
 
-A wrong ``--model`` would otherwise become a run of 100 % ``http_status`` failures that
-is saved to the store; here it is an error in words that lists what the server offers,
-and no run exists yet to be saved."""
+A wrong ``--model`` or a prompt longer than the engine's context would otherwise become
+a run of 100 % ``http_status`` failures (or of answers cut short) that is saved to the
+store; here it is an error in words, and no run exists yet to be saved."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from engines.catalog import all_specs
+from engines.catalog import all_specs, get_spec
+from loadgen.workload import Workload
 from sim.labels import is_simulated
 
 GENERIC_KIND = "openai"
@@ -34,6 +37,8 @@ class Preflight:
     """Engine kinds that ``/v1/models`` (its ``owned_by``) or ``/metrics`` (its series)
     name (empty: none recognised)."""
     simulated: bool
+    context_tokens: int | None = None
+    """The most tokens one request may hold, as the engine says (None: it does not)."""
 
 
 def _v1(base_url: str) -> str:
@@ -75,9 +80,11 @@ async def preflight(
     engine_kind: str,
     api_key: str | None = None,
     timeout_s: float = 10.0,
+    workload: Workload | None = None,
 ) -> Preflight:
-    """Ask ``/v1/models`` (and ``/metrics`` for the kind); PreflightError in words when
-    the endpoint does not answer, does not serve ``model`` or is another kind."""
+    """Ask ``/v1/models`` (and ``/metrics`` for the kind, the context route for its
+    context); PreflightError in words when the endpoint does not answer, does not serve
+    ``model``, is another kind or cannot hold ``workload``'s longest request."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     url = f"{_v1(base_url)}/models"
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -102,6 +109,10 @@ async def preflight(
         models = _model_ids(data)
         simulated = simulated or (isinstance(data, dict) and is_simulated(models=data))
         detected = tuple(sorted({*kinds_owning(data), *await _detect_kinds(session, base_url)}))
+        known = detected[0] if engine_kind == GENERIC_KIND and len(detected) == 1 else None
+        kind = known or engine_kind
+        named = model or (models[0] if len(models) == 1 else "")
+        context = await _context(session, base_url, kind, named)
     offered = ", ".join(models) or "none"
     if model is None:
         if len(models) != 1:
@@ -117,7 +128,62 @@ async def preflight(
             f"the engine at {base_url} is {' or '.join(detected)} by its own word, not "
             f"{engine_kind}: pass --engine {detected[0]} (or --engine {GENERIC_KIND})"
         )
-    return Preflight(model, models, detected, simulated)
+    if workload is not None and context is not None:
+        check_fits(workload, context, kind, base_url)
+    return Preflight(model, models, detected, simulated, context)
+
+
+async def context_tokens(
+    base_url: str,
+    *,
+    model: str,
+    engine_kind: str,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+) -> int | None:
+    """The engine's context as it says (its catalog ``context_route``), or None where it
+    does not say or does not answer (the run then shows what the engine says)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+        return await _context(session, base_url, engine_kind, model)
+
+
+def check_fits(workload: Workload, context: int, engine_kind: str, base_url: str) -> None:
+    """PreflightError in words when ``workload``'s longest request (prompt + output)
+    exceeds ``context``, the engine's: every such request would be refused (a prompt
+    longer than it) or its answer cut short where the context ends."""
+    longest = workload.longest_request()
+    if longest is None or sum(longest) <= context:
+        return
+    prompt, output = longest
+    spec = get_spec(engine_kind)
+    said = spec.context_route.describe() if spec.context_route else "its own word"
+    raise PreflightError(
+        f"the run's requests take up to {prompt} prompt + {output} output = "
+        f"{prompt + output} tokens, more than the context of {context} tokens that "
+        f"{spec.display_name} at {base_url} has ({said}): the engine would refuse them or "
+        "cut their answers short. Ask for shorter prompts or outputs, or start the "
+        "engine with a longer context"
+    )
+
+
+async def _context(
+    session: aiohttp.ClientSession, base_url: str, engine_kind: str, model: str
+) -> int | None:
+    try:
+        route = get_spec(engine_kind).context_route
+    except KeyError:  # "openai": an engine of no known kind
+        return None
+    if route is None:
+        return None
+    try:
+        async with session.get(f"{_root(base_url)}{route.path}") as resp:
+            if resp.status != 200:
+                return None
+            return route.read(await resp.json(content_type=None), model)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
 
 
 def _model_ids(data: object) -> tuple[str, ...]:

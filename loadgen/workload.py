@@ -76,6 +76,15 @@ class Workload:
         """What seeds every random draw of the prompts: the seed, else the run's salt."""
         return str(self.seed) if self.seed is not None else f"salt-{self.salt}"
 
+    def longest_request(self) -> tuple[int, int] | None:
+        """(prompt, output) tokens of the longest request this workload sends, the shared
+        prefix in the prompt (before the chat template's own); None for a dataset's
+        prompts, whose lengths only the dataset knows."""
+        if self.dataset is not None:
+            return None
+        prompt = self.shared_prefix_len + _span(self.input_len, self.range_ratio)[1]
+        return prompt, _span(self.output_len, self.range_ratio)[1]
+
     @property
     def prompts_origin(self) -> str:
         """How the run chose its prompts, in words (summaries and stored runs say it)."""

@@ -67,15 +67,19 @@ class RunRecorder:
             case RunFailed(message=message):
                 self._close("failed", message)
             case RunInterrupted(reason=reason):
-                self._close("interrupted", self._stopped_because or reason)
+                self._close("interrupted", reason)
             case LevelStarted() | LevelProgress():
                 pass  # live display only
 
     def stopping(self, reason: str) -> None:
-        """The caller is stopping the run (an operator's cancel): its ``RunInterrupted``,
-        which comes after the cut requests, is stored with this reason (the worker only
-        knows that it was told to stop)."""
-        self._stopped_because = reason
+        """The caller is stopping the run (an operator's cancel): whatever end comes next,
+        after the cut requests, closes it as interrupted with this reason.  The stop
+        reaches the worker a moment later (over a queue, or the node's agent), so its
+        last level may still finish meanwhile and the worker may say ``RunFinished``: the
+        operator's cancel, given while the run went on, still decides how it is kept
+        (the worker only knows that it was told to stop, or not even that)."""
+        if not self.finished:
+            self._stopped_because = reason
 
     def abandon(self, reason: str, status: str = "failed") -> None:
         """Close a run that ended without its end event (the caller's own error)."""
@@ -110,6 +114,8 @@ class RunRecorder:
         )
 
     def _close(self, status: str, reason: str | None, at: float | None = None) -> None:
+        if self._stopped_because is not None:
+            status, reason = "interrupted", self._stopped_because
         self.status, self.reason = status, reason
         if self.store is not None and self.run_id is not None:
             ended = time.time() if at is None else at

@@ -13,6 +13,7 @@ from typing import ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
+from textual.widgets import DataTable, SelectionList
 
 from control.alerts import AlertCenter
 from control.config import Config
@@ -22,6 +23,9 @@ from control.services import Report, Services, describe_error
 from control.ssh_tunnel import SshTunnel, TunnelState
 from runs.events import RunEvent
 from telemetry import TelemetryFrame
+from tui import guard
+from tui.fasttable import FastTable
+from tui.keys import bindings_of, typed_actions, typing
 from tui.messages import FleetChanged, RunsChanged, StartupProgress
 from tui.palette import ScreenCommands
 from tui.screens.alerts import AlertsScreen
@@ -29,7 +33,7 @@ from tui.screens.base import ALERTS_KEY, TABS, BaseScreen
 from tui.screens.compare import CompareScreen
 from tui.screens.engine import EngineScreen
 from tui.screens.fleet import FleetScreen
-from tui.screens.help import HelpScreen
+from tui.screens.help import HelpScreen, help_sections
 from tui.screens.history import HistoryScreen
 from tui.screens.load import LoadScreen
 from tui.screens.node import NodeScreen
@@ -88,6 +92,7 @@ class InferTopApp(App[int]):
 
     def __init__(self, config: Config, services: Services) -> None:
         super().__init__()
+        guard.install()  # a widget that fails to draw says why in its place; the app goes on
         self.config = config
         self.services = services
         self.model = FleetModel(
@@ -307,9 +312,18 @@ class InferTopApp(App[int]):
             return screen
         return None
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The app's single keys (1-6, q, ?) are text in a text field, never commands."""
+        if typing(self.screen) and action in typed_actions(bindings_of(type(self))):
+            return None
+        return True
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            screens = [(title, SCREENS_BY_MODE[mode]) for _, mode, title in TABS]
+            screens.append(("Alerts", SCREENS_BY_MODE["alerts"]))
+            lists = (FastTable, DataTable, SelectionList)  # what the screens list things in
+            self.push_screen(HelpScreen(help_sections(type(self), screens, lists)))
 
 
 def create_app(config: Config, *, services: Services) -> InferTopApp:

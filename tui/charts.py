@@ -1,13 +1,13 @@
-"""Charts: a plotext plot drawn afresh from immutable data on every render, never fatal.
+"""Charts: a plotext plot drawn afresh from immutable data on every render.
 
 plotext's build transforms the figure's data in place (a log scale replaces the
 stored xs by their logarithms, limits are fixed on the first build).  Textual
 renders a widget again whenever its size changes, so a figure filled once and
 rendered twice took the log of a log (``math domain error``) and ended the app
 when the terminal was small or resized.  Here a screen hands the chart frozen
-:class:`ChartData`; each render clears the figure and plots that data anew, and a
-render that fails anyway shows the reason in place of the chart instead of
-ending the app: the tables beside it stay usable.
+:class:`ChartData`; each render clears the figure and plots that data anew.  A
+render that fails anyway (data plotext cannot draw) shows the reason in place of
+the chart, as every widget does (``tui.guard``): the tables beside it stay usable.
 """
 
 from __future__ import annotations
@@ -94,12 +94,8 @@ class Chart(PlotextPlot):
         width, height = self.size
         if width < MIN_WIDTH_CELLS or height < MIN_HEIGHT_CELLS:
             return Text(f"{data.title}: too small to plot, enlarge the terminal", style="dim")
-        try:
-            self._plot_afresh(data)
-            return super().render()
-        except Exception as exc:  # a chart must never end the app: say why in its place
-            self.log.error(f"chart {self.id} failed to render", exc)
-            return Text(f"chart unavailable: {type(exc).__name__}: {exc}", style="bold red")
+        self._plot_afresh(data)
+        return super().render()
 
     def _plot_afresh(self, data: ChartData) -> None:
         plt = self.plt

@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="try every screen: replayed H200 telemetry, simulated engines",
         description="Start an embedded agent that replays a real H200 recording and runs "
         "simulated engines (clearly labelled), precompute the seed's H100 comparison, and "
-        "open the TUI.  Needs no GPU and no Docker.",
+        "open the TUI.  Needs no GPU and no Docker.  Quitting stops every engine the demo "
+        "started (a real llama.cpp container too).",
     )
     p.add_argument("--gpus", type=int, default=8, help="replayed GPUs (default 8)")
     p.add_argument(

@@ -40,6 +40,9 @@ class LoadProgress(Message):
 class LoadFinished(Message):
     run_id: str | None
     error: str | None
+    """Why the run did not complete, in words."""
+    status: str | None
+    """How the run was stored (completed, failed, interrupted); None: nothing was."""
 
 
 @dataclass

@@ -8,7 +8,13 @@ from engines.catalog.flags import choice, integer, switch
 from engines.catalog.options import by_env, toggle, valued
 from engines.catalog.servers import opt
 from engines.catalog.spec import EngineSpec
-from engines.catalog.types import LaunchConfig, MemoryRule, TokenizeRoute, UnsupportedOption
+from engines.catalog.types import (
+    ContextRoute,
+    LaunchConfig,
+    MemoryRule,
+    TokenizeRoute,
+    UnsupportedOption,
+)
 from engines.dialects import PromDialect
 from engines.kv_capacity import llamacpp_capacity
 from engines.llamacpp_slots import merge_llamacpp, parse_llamacpp_slots
@@ -36,6 +42,9 @@ class LlamacppSpec(EngineSpec):
     models_owned_by = "llamacpp"  # tools/server/server.cpp /v1/models
     # tools/server/server.cpp: POST /tokenize {content, add_special} -> {tokens}
     tokenize = TokenizeRoute("/tokenize", "content", "tokens", fields=(("add_special", False),))
+    # tools/server/server.cpp: a slot's cells; a longer prompt is refused
+    # (exceed_context_size_error), a longer answer cut where the cells run out
+    context_route = ContextRoute("/props", ("default_generation_settings", "n_ctx"))
     second_page_path = "/slots"
     second_page_format = "llamacpp_slots"
     kv_capacity_path = "/props"

@@ -12,7 +12,13 @@ from types import MappingProxyType
 from engines.catalog.flags import choice, integer, number, switch
 from engines.catalog.options import toggle, valued
 from engines.catalog.spec import EngineSpec
-from engines.catalog.types import LaunchConfig, MemoryRule, TokenizeRoute, UnsupportedOption
+from engines.catalog.types import (
+    ContextRoute,
+    LaunchConfig,
+    MemoryRule,
+    TokenizeRoute,
+    UnsupportedOption,
+)
 from engines.dialects import PromDialect, version_tuple
 from engines.kv_capacity import sglang_capacity, tgi_capacity, vllm_capacity
 from engines.sample import EngineSample, gaps_filled
@@ -88,6 +94,8 @@ class VllmSpec(EngineSpec):
     exact_length_style = ("max_tokens", "min_tokens", "ignore_eos")
     length_fields = frozenset({"ignore_eos", "min_tokens"})
     models_owned_by = "vllm"  # entrypoints/openai/protocol.py ModelCard
+    # ModelCard.max_model_len: a request whose prompt + max_tokens exceed it is a 400
+    context_route = ContextRoute("/v1/models", ("max_model_len",), per_model=True)
     # entrypoints/openai/serving_tokenization.py: {model, prompt, add_special_tokens}
     # -> {count, tokens, max_model_len}
     tokenize = _OPENAI_TOKENIZE

@@ -21,6 +21,7 @@ from engines.catalog.flags import Flag, checked_extra_args
 from engines.catalog.options import Switch, switch_flags, switched
 from engines.catalog.types import (
     PLATFORMS,
+    ContextRoute,
     Health,
     LaunchConfig,
     MemoryRule,
@@ -126,6 +127,10 @@ class EngineSpec:
     tokenize: TokenizeRoute | None = None
     """How the engine tokenizes text for a client (prompts sized in its tokens); None
     where it cannot (the load generator then sends words and says so)."""
+    context_route: ContextRoute | None = None
+    """Where the running engine states the most tokens one request may hold (prompt +
+    output); None where it does not say (a run that overflows it fails request by
+    request, with the engine's own words)."""
     exact_length_style: tuple[str, ...] | None = ("max_tokens", "ignore_eos")
     """Body fields that together force an exact output length; None: impossible."""
     length_fields: frozenset[str] = frozenset({"ignore_eos"})

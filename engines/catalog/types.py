@@ -59,6 +59,38 @@ class TokenizeRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextRoute:
+    """Where a running engine states its context: the most tokens one request may hold,
+    prompt and output together (the load generator's pre-flight refuses a run whose
+    requests cannot fit, rather than send them to be refused or cut short)."""
+
+    path: str
+    """GET at the engine's root; answers JSON."""
+    keys: tuple[str, ...]
+    """The keys down to the number."""
+    per_model: bool = False
+    """The answer is ``/v1/models``'s list: the number is on the served model's entry."""
+
+    def read(self, answer: object, model: str) -> int | None:
+        """The context in ``answer`` (``model``'s, where it lists models); None where the
+        answer does not say."""
+        found: object = answer
+        if self.per_model:
+            listed = answer.get("data") if isinstance(answer, dict) else None
+            found = next(
+                (m for m in listed or () if isinstance(m, dict) and m.get("id") == model), None
+            )
+        for key in self.keys:
+            found = found.get(key) if isinstance(found, dict) else None
+        if isinstance(found, bool) or not isinstance(found, int) or found < 1:
+            return None
+        return found
+
+    def describe(self) -> str:
+        return f"{'.'.join(self.keys)} in {self.path}"
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryRule:
     """How an engine budgets GPU memory for weights and KV cache (``engines.fit`` reads it)."""
 

@@ -45,3 +45,25 @@ def test_models_and_metrics_of_no_known_engine_detect_nothing() -> None:
     assert kinds_owning({"data": [{"id": "m", "owned_by": "llamacpp"}]}) == ("llamacpp",)
     assert kinds_in_metrics("# HELP up\nup 1\n") == ()
     assert kinds_in_metrics('vllm:num_requests_running{model_name="m"} 0\n') == ("vllm",)
+
+
+async def test_lengths_longer_than_vllms_max_model_len_are_refused_before_the_run(
+    vllm_sim: RunningSim, tmp_path: Path
+) -> None:
+    """vLLM states its context per model (``max_model_len`` in /v1/models, which the
+    simulator serves as vLLM does): a prompt + output beyond it would be a 400 for every
+    request.  Detected too when the kind is not named."""
+    db = tmp_path / "runs.db"
+    limit = vllm_sim.profile.max_model_len
+    base = ("--url", vllm_sim.url, "--requests", "1", "--save", "--db", str(db))
+    for kind in (("--engine", "vllm"), ()):
+        code, _out, err = await bench(
+            *base, *kind, "--input-len", str(limit - 100), "--output-len", "101"
+        )
+        assert code == 2, err
+        flat = " ".join(err.split())
+        assert f"= {limit + 1} tokens, more than the context of {limit} tokens that vLLM" in flat
+        assert "(max_model_len in /v1/models)" in flat, err
+        assert not db.exists()
+    code, _out, err = await bench(*base, "--input-len", str(limit - 100), "--output-len", "50")
+    assert code == 0, err  # within the context (the chat template's tokens too): it runs

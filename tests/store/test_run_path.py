@@ -248,3 +248,34 @@ def test_runs_are_stored_with_their_engine_options_and_compare_by_them(mem_store
     with pytest.raises(StoreError, match="differ in profile"):
         mem_store.regressions("on", "off")
     assert mem_store.regressions("on", "on-again") == []
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        RunInterrupted("stopped by SIGTERM"),
+        # the worker finished its last level before the stop reached it
+        RunFinished(RunResult("r", 1000.0, 1010.0, (), (), 1)),
+        RunFailed("the load-test worker exited (code -15)"),
+    ],
+    ids=["interrupted", "finished-meanwhile", "killed"],
+)
+def test_a_run_the_operator_stopped_is_interrupted_however_the_worker_ends(
+    mem_store: Store, end: Any
+) -> None:
+    """The TUI's cancel reaches the worker a moment after the operator confirmed it: the
+    worker could still finish its last level and say RunFinished, and the run was stored
+    `completed` while the screen said "saved as interrupted"."""
+    recorder = RunRecorder(mem_store)
+    _start(recorder, "r")
+    level = summary_from_h200(0)
+    for event in (record("r", 0, 0), LevelFinished(level)):
+        recorder.on_event(event)
+    why = "cancelled by the operator in the TUI"
+    recorder.stopping(why)
+    recorder.on_event(end)
+    mem_store.flush()
+    run = mem_store.get_run("r")
+    assert (run.status, run.status_reason) == ("interrupted", why)
+    assert (recorder.status, recorder.reason) == (run.status, run.status_reason)
+    assert [lv.summary for lv in mem_store.levels("r")] == [level]  # the finished level kept

@@ -9,6 +9,7 @@ what llama.cpp said was in the records and nowhere on screen or in bench's outpu
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from control.loads import LoadRequest, run_load
+from control.loads import LoadRequest, profile, run_load
 from runs.events import ProgressEvent, RunEventSink
 from store import open_store
 from telemetry import EngineTelemetry
@@ -88,8 +89,21 @@ def _asking_for(model: str) -> Any:
     return runner
 
 
-async def _run_from_tui(tmp_path: Path, url: str, profile: str, runner: Any) -> tuple[str, str]:
-    """Run ``profile`` from the Load screen against ``url``; its status and failure lines."""
+def _lengths_of(name: str) -> Any:
+    """The Load screen's runner, sending ``name``'s lengths: what the pre-flight did not
+    see (a chat template longer than thought, a context that shrank in a swap)."""
+
+    def runner(request: LoadRequest, record: RunEventSink) -> AsyncGenerator[ProgressEvent, None]:
+        return run_load(dataclasses.replace(request, profile=profile(name)), record)
+
+    return runner
+
+
+async def _drive_load_screen(
+    tmp_path: Path, url: str, profile_name: str, runner: Any, until: str
+) -> tuple[str, str, list[Any]]:
+    """Run ``profile_name`` from the Load screen against ``url`` until its status says
+    ``until``: its status, failure lines and the stored runs."""
     store = open_store(tmp_path / "runs.db")
     try:
         app = frozen_app(frozen_services(store=store, load_runner=runner))
@@ -100,28 +114,55 @@ async def _run_from_tui(tmp_path: Path, url: str, profile: str, runner: Any) -> 
             screen: Any = app.screen
             await wait_until(pilot, lambda: bool(screen.target_keys), "the healthy engine")
             screen.query_one("#target").value = "rig-node/llama-a"
-            screen.query_one("#profile").value = profile
+            screen.query_one("#profile").value = profile_name
             screen.query_one("#load-from").value = "here"  # no agent: its own URL
             await pilot.click("#run")
             await wait_until(
                 pilot,
-                lambda: "load test failed" in text_of(pilot, "#load-status"),
+                lambda: until in text_of(pilot, "#load-status"),
                 "the load test to end",
                 timeout_s=180,
             )
             status, failures = text_of(pilot, "#load-status"), text_of(pilot, "#load-failures")
-        (run,) = store.list_runs()
-        assert run.status == "failed", run
-        assert run.status_reason and run.status_reason in status.replace("\n", "")
-        return status, failures
+        store.flush()
+        return status, failures, store.list_runs()
     finally:
         store.close()
+
+
+async def _run_from_tui(tmp_path: Path, url: str, profile: str, runner: Any) -> tuple[str, str]:
+    """Run ``profile`` from the Load screen against ``url``; its status and failure lines."""
+    status, failures, runs = await _drive_load_screen(
+        tmp_path, url, profile, runner, "load test failed"
+    )
+    (run,) = runs
+    assert run.status == "failed", run
+    assert run.status_reason and run.status_reason in status.replace("\n", "")
+    return status, failures
+
+
+async def test_the_load_screen_refuses_a_profile_longer_than_llama_servers_context(
+    small_ctx_server: str, tmp_path: Path
+) -> None:
+    """The sweep's 256 + 128 tokens cannot fit llama-server's 256-token context (its
+    n_ctx in /props): refused before any request, nothing stored.  Before, the run sent
+    its 160 requests, each refused, and was stored as a failed run."""
+    status, _, runs = await _drive_load_screen(
+        tmp_path, small_ctx_server, "sweep", run_load, "load test not started"
+    )
+    flat = status.replace("\n", " ")
+    assert "up to 256 prompt + 128 output = 384 tokens" in flat, status
+    assert "the context of 256 tokens that llama.cpp" in flat, status
+    assert "default_generation_settings.n_ctx in /props" in flat, status
+    assert runs == []
 
 
 async def test_context_overflow_shows_llama_servers_message_in_the_tui(
     small_ctx_server: str, tmp_path: Path
 ) -> None:
-    status, failures = await _run_from_tui(tmp_path, small_ctx_server, "sweep", run_load)
+    """Where the pre-flight could not see it coming, the engine's own words show."""
+    runner = _lengths_of("sweep")  # the smoke profile's 32 + 16 tokens passed the check
+    status, failures = await _run_from_tui(tmp_path, small_ctx_server, "smoke", runner)
     assert OVERFLOW in status and "exceeds the available context size" in status, status
     lines = failures.splitlines()
     assert len(lines) == 5, failures  # each of the sweep's levels, with the engine's words
@@ -147,8 +188,24 @@ async def test_bench_prints_and_stores_llama_servers_reasons(
     db = tmp_path / "runs.db"
     common = ("--engine", "llamacpp", "--concurrency", "1,2", "--requests", "4", "--save",
               "--db", str(db))  # fmt: skip
-    code, out, err = await bench(
+    # lengths that cannot fit the engine's context: refused before any request
+    code, _out, err = await bench(
         "--url", small_ctx_server, "--input-len", "256", "--output-len", "128", *common
+    )
+    assert code == 2, err
+    flat = " ".join(err.split())
+    assert "up to 256 prompt + 128 output = 384 tokens, more than the context of 256" in flat
+    assert "(default_generation_settings.n_ctx in /props)" in flat, err
+
+    # a dataset's prompts, whose lengths the pre-flight cannot know: the engine's words
+    dataset = tmp_path / "long.json"
+    long_turn = " ".join(["the engine reads every word of this prompt"] * 60)
+    dataset.write_text(
+        json.dumps([{"conversations": [{"from": "human", "value": long_turn},
+                                       {"from": "gpt", "value": "ok"}]}])
+    )  # fmt: skip
+    code, out, err = await bench(
+        "--url", small_ctx_server, "--dataset", str(dataset), "--output-len", "16", *common
     )
     assert code == 1, err
     assert f"failures at c=2: http_status 4: HTTP 400 {OVERFLOW}: request (" in out, out
@@ -165,7 +222,7 @@ async def test_bench_prints_and_stores_llama_servers_reasons(
     assert "does not serve model 'no-such-model'; it serves:" in err, err
     store = open_store(db)
     try:
-        (run,) = store.list_runs()
+        (run,) = store.list_runs()  # the dataset's run only
         assert run.status == "failed" and OVERFLOW in (run.status_reason or ""), run
     finally:
         store.close()

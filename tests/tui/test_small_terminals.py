@@ -50,7 +50,7 @@ async def test_compare_renders_at_80x24_and_across_resizes(seed_store: Any) -> N
             for chart_id in CHARTS:
                 shown = painted(app.screen.query_one(chart_id))
                 assert BRAILLE & set(shown), f"{chart_id} plots no curve at {size}:\n{shown}"
-                assert "unavailable" not in shown
+                assert "cannot be drawn" not in shown
             assert table.row_count == SEED_RUNS
             assert "trtllm simulated" in painted(table)
     assert app.return_code in (None, 0)
@@ -72,6 +72,8 @@ async def test_charts_too_small_to_plot_say_so(seed_store: Any) -> None:
 async def test_a_chart_that_fails_to_plot_says_why_and_the_app_goes_on(
     seed_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every widget's drawing is guarded (``tui.guard``), the charts' too."""
+
     def broken_build(self: Plot) -> str:
         raise IndexError("list index out of range")
 
@@ -82,7 +84,7 @@ async def test_a_chart_that_fails_to_plot_says_why_and_the_app_goes_on(
         await resize(pilot, (120, 40))
         for chart_id in CHARTS:
             shown = words(painted(app.screen.query_one(chart_id)))
-            assert "chart unavailable: IndexError: list index out of range" in shown
+            assert f"{chart_id} cannot be drawn: IndexError: list index out of range" in shown
         assert "trtllm simulated" in painted(table)
 
         await pilot.press("6")  # the app still answers keys

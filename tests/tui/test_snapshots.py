@@ -199,7 +199,7 @@ def test_load_finished(snap_compare: Any, seed_store: Any, from_here: bool) -> N
             events += [*level_events(s, ticks=(1, 2, 3)), LevelFinished(s)]
         for event in events:
             screen.on_load_progress(LoadProgress(event))
-        screen.on_load_finished(LoadFinished("fixed-run", None))
+        screen.on_load_finished(LoadFinished("fixed-run", None, "completed"))
         await settle(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
@@ -389,7 +389,9 @@ def test_load_failed_with_the_engines_words(snap_compare: Any, seed_store: Any) 
             )  # fmt: skip
             screen.on_load_progress(LoadProgress(LevelFinished(failed)))
         screen.on_load_finished(
-            LoadFinished("0123456789ab", f"all 64 requests failed: http_status 64 — {said}")
+            LoadFinished(
+                "0123456789ab", f"all 64 requests failed: http_status 64 — {said}", "failed"
+            )
         )
         await settle(pilot, app)
 

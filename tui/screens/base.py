@@ -4,10 +4,11 @@ imports the app module)."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
@@ -16,6 +17,7 @@ from control.config import Config
 from control.model import FleetModel
 from control.services import Services
 from runs.events import RunEvent
+from tui.keys import bindings_of, typed_actions, typing
 
 # (key, mode, title): both the tabs line and the app's 1-6 bindings read it
 TABS: tuple[tuple[str, str, str], ...] = (
@@ -80,6 +82,9 @@ def tabs_line(current: str, alerts: int = 0, critical: bool = False) -> Text:
 
 class BaseScreen(Screen[None]):
     MODE = ""
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "leave_field", "Leave the field", show=False),
+    ]
 
     def __init__(self, top: ScreenHost) -> None:
         super().__init__()
@@ -96,6 +101,17 @@ class BaseScreen(Screen[None]):
 
     def body(self) -> ComposeResult:
         yield from ()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """In a text field a printable key is text: this screen's single-key shortcuts
+        never act there (shown greyed); Esc leaves the field."""
+        if typing(self) and action in typed_actions(bindings_of(type(self))):
+            return None
+        return True
+
+    def action_leave_field(self) -> None:
+        if typing(self):
+            self.set_focus(self.query_one(self.AUTO_FOCUS) if self.AUTO_FOCUS else None)
 
     def on_screen_resume(self) -> None:
         self.refresh_header()

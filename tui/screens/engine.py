@@ -9,7 +9,7 @@ from typing import ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import (
     Button,
     DataTable,
@@ -77,7 +77,7 @@ class EngineScreen(BaseScreen):
         self._inventory: dict[str, ModelInventory] = {}
         """Per node, the models its agent listed (fetched when the node is picked)."""
         with Horizontal(id="engine-main"):
-            with Vertical(id="engine-form"):
+            with VerticalScroll(id="engine-form"):  # every action in reach at 80x24
                 yield Static("Launch", classes="section")
                 with Horizontal(classes="row"):
                     yield Label("Node    ")
@@ -191,6 +191,8 @@ class EngineScreen(BaseScreen):
                     for g in (node.frame.gpus if node and node.frame else ())
                 ]
             )
+            if gpus.option_count:  # space picks the first GPU at once, no Down first
+                gpus.highlighted = 0
         sync_table(self.query_one("#engine-table", DataTable), engine_rows([node] if node else []))
 
     @on(Select.Changed, "#node")

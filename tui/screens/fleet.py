@@ -18,6 +18,7 @@ from control.model import (
     fmt,
     fmt_bytes,
 )
+from telemetry import EngineTelemetry, GpuSample
 from tui.fasttable import Cell, FastTable, Item
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
@@ -123,6 +124,27 @@ def versioned(items: list[tuple[str, tuple[NodeState, V]]]) -> list[Item[tuple[N
     return [Item(key, n.frame.seq if n.frame else -1, (n, x)) for key, (n, x) in items]
 
 
+def _engine_matches(engine: EngineTelemetry, text: str) -> bool:
+    return text in engine.id.lower() or text in engine.kind.lower()
+
+
+def _engines_matching(node: NodeState, text: str) -> set[str]:
+    return {e.id for e in node.engines if _engine_matches(e, text)}
+
+
+def _shows(node: NodeState, engine: EngineTelemetry, text: str) -> bool:
+    """An engine row under the filter: its node's name, or its own id or kind, matches."""
+    return not text or text in node.name.lower() or _engine_matches(engine, text)
+
+
+def _shows_gpu(node: NodeState, gpu: GpuSample, text: str) -> bool:
+    """A GPU row under the filter: its node's name matches, or an engine it runs does."""
+    if not text or text in node.name.lower():
+        return True
+    matching = _engines_matching(node, text)
+    return any(p.engine in matching for p in gpu.processes)
+
+
 class FleetScreen(FilteredScreen):
     MODE = "fleet"
     AUTO_FOCUS = "#nodes"
@@ -158,19 +180,18 @@ class FleetScreen(FilteredScreen):
         self.query_one("#engines-title", Static).update(self._section("Engines"))
         self.refresh_fleet()
 
+    def _filter_text(self) -> str:
+        return self.query_one("#filter", Input).value.strip().lower()
+
     def _filtered(self) -> list[NodeState]:
-        text = self.query_one("#filter", Input).value.strip().lower()
+        text = self._filter_text()
         nodes = list(self.top.model.nodes.values())
         if not text:
             return nodes
-        return [
-            n
-            for n in nodes
-            if text in n.name.lower()
-            or any(text in e.id.lower() or text in e.kind.lower() for e in n.engines)
-        ]
+        return [n for n in nodes if text in n.name.lower() or _engines_matching(n, text)]
 
     def refresh_fleet(self) -> None:
+        wanted = self._filter_text()
         nodes = by_name(self._filtered())
         now = self.top.services.clock()
         center = self.top.alerts
@@ -197,9 +218,11 @@ class FleetScreen(FilteredScreen):
         if str(box.render()) != text:
             box.update(Text(text, style="bold red"))
         self._fit_node_column(tuple(self.top.model.nodes))
-        gpu_rows = sort_rows(gpu_items(nodes), self.sort_key, gpu_value)
+        shown_gpus = [(k, (n, g)) for k, (n, g) in gpu_items(nodes) if _shows_gpu(n, g, wanted)]
+        gpu_rows = sort_rows(shown_gpus, self.sort_key, gpu_value)
         gpus = with_alerts(versioned(gpu_rows), on_target("gpu{}"), center.version)
-        engine_rows = sort_rows(engine_items(nodes), self.sort_key, engine_value)
+        shown_engines = [(k, (n, e)) for k, (n, e) in engine_items(nodes) if _shows(n, e, wanted)]
+        engine_rows = sort_rows(shown_engines, self.sort_key, engine_value)
         engines = with_alerts(versioned(engine_rows), on_target("engine {}"), center.version)
         self.query_one("#gpus", FastTable).set_items(gpus)
         self.query_one("#engines", FastTable).set_items(engines)

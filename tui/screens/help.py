@@ -1,37 +1,50 @@
-"""``?``: every key binding on one page."""
+"""``?``: every key of every screen on one page, read from the bindings themselves (a key
+added to a screen shows here without anyone editing a list)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
-from textual.screen import ModalScreen
+from textual.containers import VerticalScroll
+from textual.dom import DOMNode
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
-HELP_TEXT = """\
-[b]infer-top[/b] — keys (as in nvitop / k9s)
+from tui.keys import bindings_of
 
-  [b]1[/b] Fleet   [b]2[/b] Node   [b]3[/b] Engines
-  [b]4[/b] Load test   [b]5[/b] Compare   [b]6[/b] History
-  [b]![/b] alerts   [b]?[/b] help   [b]q[/b] quit   [b]:[/b] / [b]ctrl+p[/b] commands
-  [b]/[/b] filter   [b]esc[/b] close
-  [b]enter[/b] open the selected node / run
+TITLE = "[b]infer-top[/b] — keys (as in nvitop / k9s)"
+NOTES = (
+    "Values a device or engine does not report are shown as n/a, never 0.\n"
+    'Engines marked SIM are simulated; replayed GPU telemetry says "replay".'
+)
 
-  Fleet      enter: open the node   o: sort by node / GPU util / memory / tok/s / KV
-  Node       [ / ]: previous / next node   f: follow the selected engine's logs
-             (the selected engine's config, exit reason and last log lines beside it)
-  Engines    s: start   x: stop   w: swap (fit estimate shown before starting)
-  Load test  r: run the profile against the target engine (saved to the store)
-             e: edit the profile (levels, requests, lengths, warm-up, timeout, SLO; save)
-  Compare    space: pick runs   m / c / j: export markdown / csv / json
-  History    enter / o: open   d: delete   e: export markdown
-  Alerts     a: acknowledge (silence) the selected alert; the header counts the rest
+Section = tuple[str, tuple[Binding, ...]]
+"""A heading and the bindings listed under it."""
 
-Values a device or engine does not report are shown as n/a, never 0.
-Engines whose runtime is sim (runs marked SIM) are simulated; replayed GPU telemetry says "replay".
-"""
+
+def help_sections(
+    everywhere: type[DOMNode],
+    screens: Sequence[tuple[str, type[DOMNode]]],
+    lists: Sequence[type[DOMNode]],
+) -> tuple[Section, ...]:
+    """The app's keys and those every screen answers (Textual's focus keys), each
+    screen's own, and those of the lists and tables the screens show (one section:
+    they answer the same keys everywhere)."""
+    common = {b.key: b for b in (*bindings_of(everywhere), *bindings_of(Screen))}
+    seen: dict[str, Binding] = {}
+    for widget in lists:
+        for binding in bindings_of(widget):
+            seen.setdefault(binding.key, binding)
+    own = (
+        (title, tuple(b for b in bindings_of(screen) if common.get(b.key) != b))
+        for title, screen in screens
+    )
+    lists_section = ("Lists and tables", tuple(seen.values()))
+    return (("Everywhere", tuple(common.values())), *own, lists_section)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -41,9 +54,25 @@ class HelpScreen(ModalScreen[None]):
         Binding("q", "dismiss", "Close"),
     ]
 
+    def __init__(self, sections: Sequence[Section]) -> None:
+        super().__init__()
+        self.sections = tuple(sections)
+
     def compose(self) -> ComposeResult:
-        with Vertical(id="help"):
-            yield Static(HELP_TEXT, id="help-text")
+        with VerticalScroll(id="help"):  # scrolls where the terminal is short (80x24)
+            yield Static(self._text(), id="help-text")
+
+    def _text(self) -> Text:
+        text = Text.from_markup(TITLE)
+        for title, bindings in self.sections:
+            text.append(f"\n\n{title}", style="bold")
+            for binding in bindings:
+                what = binding.description or binding.action.replace("_", " ")
+                text.append("\n  ")
+                text.append(f"{self.app.get_key_display(binding):<12}", style="bold")
+                text.append(f" {what}")
+        text.append(f"\n\n{NOTES}")
+        return text
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

@@ -28,7 +28,14 @@ from control.load_view import (
     progress_row,
     started_row,
 )
-from control.loads import LOAD_FROM, LoadRequest, path_label, resolve_target
+from control.loads import (
+    LOAD_FROM,
+    LoadRequest,
+    context_refusal,
+    path_label,
+    resolve_target,
+    until_stopped,
+)
 from control.services import describe_error
 from loadgen.report import level_label
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
@@ -107,6 +114,8 @@ class LoadScreen(BaseScreen):
                 yield gpus
         self.target_keys: list[str] = []
         """The healthy engines (node/engine) the target list offers."""
+        self._lost: str | None = None
+        """The target that left the list (its engine stopped): none is picked in its place."""
         self._tps: list[tuple[float, float]] = []
         self._levels: dict[str, LevelRow] = {}
         self._failures: dict[int, list[str]] = {}
@@ -119,6 +128,8 @@ class LoadScreen(BaseScreen):
         self._recorder: RunRecorder | None = None
         self._stop_reason: str | None = None
         """Why the operator stopped the running load test (its levels so far are kept)."""
+        self._stop = asyncio.Event()
+        """Set to stop the running load test now."""
         self._after_stop: Callable[[], object] | None = None
 
     def on_mount(self) -> None:
@@ -148,7 +159,10 @@ class LoadScreen(BaseScreen):
             )
             if current in keys:
                 select.value = current
-            elif keys:  # useful at once: the first healthy engine, its node's GPUs beside
+            elif isinstance(current, str):  # never another engine in its place, silently
+                self._target_lost(current)
+            elif keys and self._lost is None:
+                # useful at once: the first healthy engine, its node's GPUs beside
                 select.value = keys[0]
         value = select.value
         node_name = value.split("/", 1)[0] if isinstance(value, str) else None
@@ -162,8 +176,19 @@ class LoadScreen(BaseScreen):
         ]
         sync_table(self.query_one("#load-gpus", DataTable), rows)
 
+    def _target_lost(self, key: str) -> None:
+        self._lost = key
+        said = (
+            f"target {key} is gone: its engine stopped or is no longer healthy; pick another target"
+        )
+        if not self._load_running:
+            self.query_one("#load-status", Static).update(f"[yellow]{escape(said)}[/]")
+        self.notify(said, severity="warning")
+
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "target":
+            if isinstance(event.value, str):
+                self._lost = None  # the operator's own pick
             self.refresh_fleet()
         elif event.select.id == "profile" and not self._load_running:
             self.query_one("#load-status", Static).update(self._profile().description)
@@ -197,6 +222,7 @@ class LoadScreen(BaseScreen):
         )
         self._load_running = True
         self.running_target, self._stop_reason = value, None
+        self._stop = asyncio.Event()
         self._tps.clear()
         self._levels.clear()
         self._failures.clear()
@@ -248,33 +274,35 @@ class LoadScreen(BaseScreen):
     async def _run(self, request: LoadRequest) -> None:
         services = self.top.services
         if services.load_runner is None:
-            self.post_message(LoadFinished(None, "no load generator is configured"))
+            self.post_message(LoadFinished(None, "no load generator is configured", None))
             return
         request = await resolve_target(services.node(request.node), request)
+        refused = await context_refusal(request)
+        if refused is not None:  # nothing sent, nothing saved
+            self.post_message(LoadFinished(None, refused, None))
+            return
+        if self._stop_reason is not None:  # cancelled while its target was resolved
+            self.post_message(LoadFinished(None, None, None))
+            return
         recorder = RunRecorder(services.store)  # gets every event, requests included
         self._recorder = recorder
-        if self._stop_reason is not None:  # cancelled while its target was resolved
-            recorder.stopping(self._stop_reason)
         self.top.record_telemetry(request.node, True)
         try:
             events = services.load_runner(request, recorder)
-            # closing the events stops the run: its cut requests and end still reach
-            # the recorder, which keeps the levels it finished
+            # a stop closes the events at once: the run's cut requests and its end still
+            # reach the recorder, which keeps the levels it finished
             async with contextlib.aclosing(events):
-                async for event in events:
+                async for event in until_stopped(events, self._stop):
                     self.top.observe_run(request.node, request.engine_id, event)
                     self.post_message(LoadProgress(event))
-                    if self._stop_reason is not None:
-                        break
             recorder.abandon("the load test ended without a result")
         except Exception as exc:
             recorder.abandon(describe_error(exc))
         finally:
             self.top.record_telemetry(request.node, False)
-        run_id, error = recorder.run_id, recorder.reason
         if services.store is not None:
             await asyncio.to_thread(services.store.flush)
-        self.post_message(LoadFinished(run_id, error))
+        self.post_message(LoadFinished(recorder.run_id, recorder.reason, recorder.status))
 
     def action_cancel_run(self) -> None:
         if not self._load_running or self.running_target is None:
@@ -301,6 +329,7 @@ class LoadScreen(BaseScreen):
         self._stop_reason, self._after_stop = reason, then
         if self._recorder is not None:
             self._recorder.stopping(reason)
+        self._stop.set()
         self.query_one("#load-status", Static).update(f"stopping the load test: {reason}")
 
     def on_load_progress(self, message: LoadProgress) -> None:
@@ -362,19 +391,22 @@ class LoadScreen(BaseScreen):
         self.query_one("#load-tps", Chart).show(ChartData("output tok/s during the run", series))
 
     def on_load_finished(self, message: LoadFinished) -> None:
+        """Say how the run was stored (the recorder's word, not what was asked of it)."""
         self._load_running, self.running_target, self._recorder = False, None, None
         status = self.query_one("#load-status", Static)
-        if self._stop_reason is not None and message.run_id:
+        saved = f" (run {message.run_id} saved)" if message.run_id else ""
+        if message.status is None and message.error is None:
+            status.update(f"[yellow]load test {self._stop_reason}: nothing was saved[/]")
+        elif message.status == "interrupted":
             kept = self._finished()
             status.update(
-                f"[yellow]load test {self._stop_reason}: run {message.run_id} saved as "
-                f"interrupted with its {kept} finished level(s)[/]"
+                f"[yellow]load test stopped, {escape(message.error or 'interrupted')}: run "
+                f"{message.run_id} saved as interrupted with its {kept} finished level(s)[/]"
             )
-        elif message.error:
-            status.update(
-                f"[bold red]load test failed: {message.error}[/]"
-                + (f" (run {message.run_id} saved)" if message.run_id else "")
-            )
+        elif message.status is None:
+            status.update(f"[bold red]load test not started: {escape(message.error or '')}[/]")
+        elif message.status != "completed":
+            status.update(f"[bold red]load test failed: {escape(message.error or '')}[/]{saved}")
         else:
             self.query_one("#load-progress", ProgressBar).update(progress=1.0)
             status.update(
