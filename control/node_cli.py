@@ -40,8 +40,8 @@ from control.transport import opened
 ANSWER_TIMEOUT_S = 60.0
 POLL_S = 0.25
 PREFIX_HELP = (
-    "where on the node the agent lives (default /opt/infer-agent as root, else "
-    "~/.local/share/infer-agent); remove needs the same one"
+    "where on the node the agent lives (default: the one your config records for the node, "
+    "else /opt/infer-agent as root, else ~/.local/share/infer-agent)"
 )
 
 
@@ -144,9 +144,11 @@ def _add(args: argparse.Namespace, say: Say) -> None:
             f"pick another name, or remove that entry first"
         )
     ssh_config = args.ssh_config.resolve() if args.ssh_config else None
+    # an upgrade goes where the agent is: a second copy under the default would fight it
+    prefix = args.prefix or (existing.prefix if existing is not None else None)
     remote = Remote(destination, ssh_config)
     say(f"[1/6] checking {destination}")
-    probe = remote.call("probe", {"port": args.port, "prefix": args.prefix}, say)
+    probe = remote.call("probe", {"port": args.port, "prefix": prefix}, say)
     check_node(probe, say)
     with tempfile.TemporaryDirectory(prefix="infer-top-node-") as scratch:
         say(f"[2/6] building the agent's wheel from {source_root()}")
@@ -158,7 +160,7 @@ def _add(args: argparse.Namespace, say: Say) -> None:
         params = {
             "name": name,
             "port": args.port,
-            "prefix": args.prefix,
+            "prefix": prefix,
             "rotate_token": args.rotate_token,
             "agent_args": args.agent_arg,
             "wheel": wheel.name,
@@ -174,10 +176,11 @@ def _add(args: argparse.Namespace, say: Say) -> None:
         transport="ssh",
         ssh=destination,
         ssh_config=ssh_config,
+        prefix=str(installed["prefix"]),  # as the node resolved it: remove finds it there
     )
     token = str(installed["token"])
     say(f"[5/6] waiting for the agent to answer through ssh {destination}")
-    info = asyncio.run(wait_answering(node, token, str(installed["prefix"])))
+    info = asyncio.run(wait_answering(node, token, str(node.prefix)))
     say(f"  agent {info.agent_version} on {info.host} answers ({info.platform})")
     say(f"[6/6] adding node {name} to {config_file}")
     assert node.token_file is not None
@@ -219,7 +222,8 @@ def _remove(args: argparse.Namespace, say: Say) -> None:
             f"install it: remove its [[nodes]] entry from {config_file} by hand"
         )
     say(f"[1/2] removing the agent from {node.ssh}")
-    removed = Remote(node.ssh, node.ssh_config).call("remove", {"prefix": args.prefix}, say)
+    prefix = args.prefix or node.prefix  # the one node add recorded
+    removed = Remote(node.ssh, node.ssh_config).call("remove", {"prefix": prefix}, say)
     if not removed["removed"]:
         say(f"  nothing was installed at {removed['prefix']} on {node.ssh}")
     say(f"[2/2] removing node {args.name} from {config_file}")
