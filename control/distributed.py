@@ -10,6 +10,12 @@ receive times around the node's reading, the sample with the shortest round trip
 and has every share start at one instant, given to each node on its own clock. Each
 share is followed as ``control.noderuns`` follows a node run (resuming after a cut link)
 and merged into one run by ``control.merge``; the offsets are stored with the run.
+
+Every node is reached over its link (``control.transport``: its URL, or an ssh tunnel). A
+load node reached over ssh reaches the engine's agent back through its own ssh connection
+(a remote forward to where this machine reaches that agent), so nodes that only ssh reaches
+need not reach each other; a load node reached by URL calls the engine agent's URL, which
+an engine node reached only over ssh does not have.
 """
 
 from __future__ import annotations
@@ -21,13 +27,15 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 from agents.client import AgentClient, AgentError
 from agents.protocol import engine_facts
-from control.config import ConfigError
+from control.config import ConfigError, NodeConfig
 from control.merge import Merger, ShareSink
 from control.noderuns import EmitSink, follow_node_run, run_result, stop_node_run
 from control.reach import find_node
+from control.transport import opened
 from loadgen.process import new_run_id
 from loadgen.profiles import ClosedLoop, Level, LoadSpec, ProfileError
 from loadgen.runner import Target
@@ -59,6 +67,9 @@ class AgentRef:
     name: str
     url: str
     token: str = field(repr=False)
+    engine_url: str | None = None
+    """The engine's agent as this node reaches it, where not at the engine's own ``url``
+    (through this node's ssh connection back to the control plane)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +167,7 @@ async def run_distributed(
     if not names or len(set(names)) != len(names):
         raise ProfileError(f"name each load node once: {', '.join(names) or 'none'}")
     shares, workloads = split_spec(spec, len(names)), split_workload(workload, len(names))
+    refs = {ref.name: ref for ref in load_nodes}
     async with contextlib.AsyncExitStack() as stack:
         clients = {
             ref.name: await stack.enter_async_context(AgentClient(ref.url, ref.token))
@@ -207,8 +219,8 @@ async def run_distributed(
                     )  # fmt: skip
                 else:
                     run = await clients[node].start_peer_load(
-                        engine.url, engine.token, engine_id, *load, model=model, chat=chat,
-                        origin=origin, name=name, start_at=start_at,
+                        refs[node].engine_url or engine.url, engine.token, engine_id, *load,
+                        model=model, chat=chat, origin=origin, name=name, start_at=start_at,
                     )  # fmt: skip
                 started.append((i, run.run_id))
         except BaseException as exc:  # refused, or stopped meanwhile: stop those started
@@ -283,19 +295,51 @@ async def bench_distributed(
     """``infer-top bench --node --engine-id --load-nodes``: the run split over the load
     nodes' agents, every event of the merged run to ``emit``; its result, or NodeRunEnded
     when it had none."""
+    engine_config = find_node(config_file, engine_node)
+    check_reach(config_file, engine_config, load_nodes)
+    async with contextlib.AsyncExitStack() as stack:
+        engine_link = await stack.enter_async_context(opened(engine_config))
+        engine = AgentRef(engine_node, engine_link.url, engine_config.read_token())
+        refs = [
+            engine
+            if node == engine_node
+            else await _load_node(stack, find_node(config_file, node), engine_link.url)
+            for node in load_nodes
+        ]
+        events = run_distributed(
+            engine, engine_id, refs, spec, workload,
+            EmitSink(emit), model=model, chat=chat, origin="bench", name=name,
+        )  # fmt: skip
+        return await run_result(events, f"on nodes {', '.join(load_nodes)}")
 
-    def ref(node_name: str) -> AgentRef:
-        node = find_node(config_file, node_name)
-        if node.transport == "ssh":
-            # the nodes' agents call each other by URL; this one is reached through ssh only
+
+def check_reach(config_file: Path | None, engine: NodeConfig, load_nodes: Sequence[str]) -> None:
+    """ConfigError in words where a load node could not reach the engine's agent: one
+    reached by URL, when the engine's node answers only through ssh."""
+    if engine.transport != "ssh":
+        return
+    for name in load_nodes:
+        node = find_node(config_file, name)
+        if node.name != engine.name and node.transport != "ssh":
             raise ConfigError(
-                f"node {node.name!r} is reached over ssh: a distributed run needs nodes whose "
-                "agents reach each other by URL; run it from one node (leave out --load-nodes)"
+                f"load node {node.name!r} is reached by URL, and node {engine.name!r}'s agent "
+                f"answers only through ssh: {node.name} cannot reach it. Make {node.name} an "
+                f"ssh node (it then reaches {engine.name} back through its own ssh connection), "
+                f"or leave it out of --load-nodes"
             )
-        return AgentRef(node.name, node.url, node.read_token())
 
-    events = run_distributed(
-        ref(engine_node), engine_id, [ref(n) for n in load_nodes], spec, workload,
-        EmitSink(emit), model=model, chat=chat, origin="bench", name=name,
-    )  # fmt: skip
-    return await run_result(events, f"on nodes {', '.join(load_nodes)}")
+
+async def _load_node(
+    stack: contextlib.AsyncExitStack, node: NodeConfig, engine_url: str
+) -> AgentRef:
+    """A load node's agent over its link; an ssh node's link carries a remote forward back
+    to ``engine_url`` (the engine's agent as this machine reaches it)."""
+    if node.transport != "ssh":
+        link = await stack.enter_async_context(opened(node))
+        return AgentRef(node.name, link.url, node.read_token())
+    where = urlparse(engine_url)
+    assert where.hostname is not None and where.port is not None  # an agent URL has both
+    link = await stack.enter_async_context(opened(node, (where.hostname, where.port)))
+    assert link.tunnel is not None and link.tunnel.node_port is not None  # up: allocated
+    back = f"{where.scheme}://127.0.0.1:{link.tunnel.node_port}"
+    return AgentRef(node.name, link.url, node.read_token(), engine_url=back)

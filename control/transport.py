@@ -59,23 +59,32 @@ def trust(node: NodeConfig) -> Trust:
     return context
 
 
-def agent_link(node: NodeConfig) -> AgentLink:
-    """The node's link, its tunnel not started yet (``SshTunnel.start``)."""
+def agent_link(node: NodeConfig, reverse_to: tuple[str, int] | None = None) -> AgentLink:
+    """The node's link, its tunnel not started yet (``SshTunnel.start``); an ssh node's
+    carries ``reverse_to`` back to the node (``SshTunnel.node_port``)."""
     if node.transport != "ssh":
         return AgentLink(node.name, node.url, trust(node))
     assert node.ssh is not None  # the config refuses an ssh node without a destination
     where = urlparse(node.url)
     assert where.hostname is not None and where.port is not None
-    tunnel = SshTunnel(node.ssh, where.hostname, where.port, config_file=node.ssh_config)
+    tunnel = SshTunnel(
+        node.ssh,
+        where.hostname,
+        where.port,
+        config_file=node.ssh_config,
+        reverse_to=reverse_to,
+    )
     url = f"{where.scheme}://127.0.0.1:{tunnel.local_port}"
     return AgentLink(node.name, url, trust(node), tunnel)
 
 
 @asynccontextmanager
-async def opened(node: NodeConfig) -> AsyncIterator[AgentLink]:
+async def opened(
+    node: NodeConfig, reverse_to: tuple[str, int] | None = None
+) -> AsyncIterator[AgentLink]:
     """The node's link, its tunnel up until the block ends (a command's lifetime);
     ``control.ssh_tunnel.TunnelError`` with ssh's reason when it does not come up."""
-    link = agent_link(node)
+    link = agent_link(node, reverse_to)
     if link.tunnel is None:
         yield link
         return
