@@ -18,6 +18,7 @@ from control.model import (
     fmt_bytes,
 )
 from tui.fasttable import Cell, FastTable, Item
+from tui.node_add import NodeAddForm
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
     ENGINE_COLUMNS,
@@ -127,6 +128,7 @@ class FleetScreen(FilteredScreen):
     FILTER_TARGET = "#nodes"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_node", "Open node", show=False),
+        Binding("a", "add_node", "Add node"),
     ]
 
     def body(self) -> ComposeResult:
@@ -202,3 +204,6 @@ class FleetScreen(FilteredScreen):
         key = self.query_one("#nodes", FastTable).selected_key
         if key:
             self.top.open_node(key)
+
+    def action_add_node(self) -> None:
+        self.app.push_screen(NodeAddForm(self.top))
