@@ -224,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         node = find_node(args.config, args.node)
         if args.load_nodes:
-            check_reach(args.config, node, args.load_nodes)  # refused before anything runs
+            # refused before anything runs
+            check_reach(node, [find_node(args.config, name) for name in args.load_nodes])
         # the node's link (an ssh tunnel) stays up for the whole run: the load goes over it
         with held(node) as link:
             target, placement = run_in_new_loop(agent_target(node, link, args.engine_id, target))

@@ -27,7 +27,6 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from agents.client import AgentClient, AgentError
 from agents.protocol import engine_facts
@@ -35,7 +34,8 @@ from control.config import ConfigError, NodeConfig
 from control.merge import Merger, ShareSink
 from control.noderuns import EmitSink, follow_node_run, run_result, stop_node_run
 from control.reach import find_node
-from control.transport import opened
+from control.ssh_tunnel import SshTunnel
+from control.transport import opened, reaching_back
 from loadgen.process import new_run_id
 from loadgen.profiles import ClosedLoop, Level, LoadSpec, ProfileError
 from loadgen.runner import Target
@@ -296,16 +296,19 @@ async def bench_distributed(
     nodes' agents, every event of the merged run to ``emit``; its result, or NodeRunEnded
     when it had none."""
     engine_config = find_node(config_file, engine_node)
-    check_reach(config_file, engine_config, load_nodes)
+    nodes = [find_node(config_file, name) for name in load_nodes]
+    check_reach(engine_config, nodes)
     async with contextlib.AsyncExitStack() as stack:
         engine_link = await stack.enter_async_context(opened(engine_config))
         engine = AgentRef(engine_node, engine_link.url, engine_config.read_token())
-        refs = [
-            engine
-            if node == engine_node
-            else await _load_node(stack, find_node(config_file, node), engine_link.url)
-            for node in load_nodes
-        ]
+        refs = []
+        for node in nodes:
+            if node.name == engine_node:
+                refs.append(engine)
+                continue
+            link = await stack.enter_async_context(opened(node))
+            ref = AgentRef(node.name, link.url, node.read_token())
+            refs.append(await share_ref(stack, ref, link.tunnel, engine))
         events = run_distributed(
             engine, engine_id, refs, spec, workload,
             EmitSink(emit), model=model, chat=chat, origin="bench", name=name,
@@ -313,33 +316,41 @@ async def bench_distributed(
         return await run_result(events, f"on nodes {', '.join(load_nodes)}")
 
 
-def check_reach(config_file: Path | None, engine: NodeConfig, load_nodes: Sequence[str]) -> None:
-    """ConfigError in words where a load node could not reach the engine's agent: one
-    reached by URL, when the engine's node answers only through ssh."""
-    if engine.transport != "ssh":
-        return
-    for name in load_nodes:
-        node = find_node(config_file, name)
-        if node.name != engine.name and node.transport != "ssh":
-            raise ConfigError(
-                f"load node {node.name!r} is reached by URL, and node {engine.name!r}'s agent "
-                f"answers only through ssh: {node.name} cannot reach it. Make {node.name} an "
-                f"ssh node (it then reaches {engine.name} back through its own ssh connection), "
-                f"or leave it out of --load-nodes"
+def unreachable(engine: tuple[str, bool], load_nodes: Sequence[tuple[str, bool]]) -> str | None:
+    """Why a load node could not reach the engine's agent, in words, or None: one reached
+    by URL (``(name, over_ssh)``), when the engine's node answers only through ssh."""
+    engine_name, engine_over_ssh = engine
+    for name, over_ssh in load_nodes:
+        if engine_over_ssh and name != engine_name and not over_ssh:
+            return (
+                f"load node {name!r} is reached by URL, and node {engine_name!r}'s agent "
+                f"answers only through ssh: {name} cannot reach it. Make {name} an ssh "
+                f"node (it then reaches {engine_name} back through its own ssh connection), "
+                f"or leave it out of the load nodes"
             )
+    return None
 
 
-async def _load_node(
-    stack: contextlib.AsyncExitStack, node: NodeConfig, engine_url: str
+def check_reach(engine: NodeConfig, load_nodes: Sequence[NodeConfig]) -> None:
+    """ConfigError where a load node could not reach the engine's agent (``unreachable``)."""
+    why = unreachable(
+        (engine.name, engine.transport == "ssh"),
+        [(n.name, n.transport == "ssh") for n in load_nodes],
+    )
+    if why is not None:
+        raise ConfigError(why)
+
+
+async def share_ref(
+    stack: contextlib.AsyncExitStack,
+    load_node: AgentRef,
+    tunnel: SshTunnel | None,
+    engine: AgentRef,
 ) -> AgentRef:
-    """A load node's agent over its link; an ssh node's link carries a remote forward back
-    to ``engine_url`` (the engine's agent as this machine reaches it)."""
-    if node.transport != "ssh":
-        link = await stack.enter_async_context(opened(node))
-        return AgentRef(node.name, link.url, node.read_token())
-    where = urlparse(engine_url)
-    assert where.hostname is not None and where.port is not None  # an agent URL has both
-    link = await stack.enter_async_context(opened(node, (where.hostname, where.port)))
-    assert link.tunnel is not None and link.tunnel.node_port is not None  # up: allocated
-    back = f"{where.scheme}://127.0.0.1:{link.tunnel.node_port}"
-    return AgentRef(node.name, link.url, node.read_token(), engine_url=back)
+    """``load_node``'s agent (over ``tunnel`` where ssh reaches it) with its way to the
+    engine's agent: a node over ssh reaches it back through ssh, for as long as ``stack``
+    holds; one reached by URL at the engine agent's own URL."""
+    if tunnel is None:
+        return load_node
+    back = await stack.enter_async_context(reaching_back(tunnel, engine.url))
+    return replace(load_node, engine_url=back)

@@ -150,6 +150,7 @@ class SshTunnel:
     ) -> None:
         self.destination = destination
         self.local_port = free_port()
+        self._remote = (remote_host, remote_port)
         self._forward = f"127.0.0.1:{self.local_port}:{remote_host}:{remote_port}"
         self._reverse_to = reverse_to
         self.node_port: int | None = None
@@ -162,6 +163,20 @@ class SshTunnel:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._process: asyncio.subprocess.Process | None = None
+
+    def sibling(self, reverse_to: tuple[str, int]) -> SshTunnel:
+        """A second tunnel to the same node that also carries ``reverse_to`` back to it
+        (not started): a distributed run's way back to the engine's agent."""
+        host, port = self._remote
+        return SshTunnel(
+            self.destination,
+            host,
+            port,
+            config_file=self._config_file,
+            backoff=self._backoff,
+            ssh=self._ssh,
+            reverse_to=reverse_to,
+        )
 
     @property
     def pid(self) -> int | None:

@@ -59,32 +59,23 @@ def trust(node: NodeConfig) -> Trust:
     return context
 
 
-def agent_link(node: NodeConfig, reverse_to: tuple[str, int] | None = None) -> AgentLink:
-    """The node's link, its tunnel not started yet (``SshTunnel.start``); an ssh node's
-    carries ``reverse_to`` back to the node (``SshTunnel.node_port``)."""
+def agent_link(node: NodeConfig) -> AgentLink:
+    """The node's link, its tunnel not started yet (``SshTunnel.start``)."""
     if node.transport != "ssh":
         return AgentLink(node.name, node.url, trust(node))
     assert node.ssh is not None  # the config refuses an ssh node without a destination
     where = urlparse(node.url)
     assert where.hostname is not None and where.port is not None
-    tunnel = SshTunnel(
-        node.ssh,
-        where.hostname,
-        where.port,
-        config_file=node.ssh_config,
-        reverse_to=reverse_to,
-    )
+    tunnel = SshTunnel(node.ssh, where.hostname, where.port, config_file=node.ssh_config)
     url = f"{where.scheme}://127.0.0.1:{tunnel.local_port}"
     return AgentLink(node.name, url, trust(node), tunnel)
 
 
 @asynccontextmanager
-async def opened(
-    node: NodeConfig, reverse_to: tuple[str, int] | None = None
-) -> AsyncIterator[AgentLink]:
+async def opened(node: NodeConfig) -> AsyncIterator[AgentLink]:
     """The node's link, its tunnel up until the block ends (a command's lifetime);
     ``control.ssh_tunnel.TunnelError`` with ssh's reason when it does not come up."""
-    link = agent_link(node, reverse_to)
+    link = agent_link(node)
     if link.tunnel is None:
         yield link
         return
@@ -93,6 +84,22 @@ async def opened(
         yield link
     finally:
         await link.tunnel.close()
+
+
+@asynccontextmanager
+async def reaching_back(tunnel: SshTunnel, url: str) -> AsyncIterator[str]:
+    """``url`` (an agent this machine reaches) as the node at the far end of ``tunnel``
+    reaches it: through a second ssh connection to that node carrying a remote forward
+    back here, up until the block ends."""
+    where = urlparse(url)
+    assert where.hostname is not None and where.port is not None  # an agent URL has both
+    back = tunnel.sibling((where.hostname, where.port))
+    try:
+        await back.wait_up(TUNNEL_UP_TIMEOUT_S)
+        assert back.node_port is not None  # up: ssh said which port the node gave
+        yield f"{where.scheme}://127.0.0.1:{back.node_port}"
+    finally:
+        await back.close()
 
 
 @contextmanager
