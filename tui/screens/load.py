@@ -14,15 +14,17 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
+from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Select, Static
 
 from control.loads import (
     LOAD_FROM,
     PROFILES,
     LoadRequest,
+    parse_load_nodes,
     path_label,
     profile,
     resolve_target,
+    share_with,
 )
 from control.model import fmt
 from control.services import describe_error
@@ -114,6 +116,8 @@ class LoadScreen(BaseScreen):
                         allow_blank=False,
                         compact=True,
                     )
+                    yield Label(" or split over ")
+                    yield Input(placeholder="nodes a,b", id="load-nodes", compact=True)
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
                 yield Static("", id="load-path")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
@@ -208,6 +212,12 @@ class LoadScreen(BaseScreen):
         prof = profile(str(self.query_one("#profile", Select).value))
         chosen = self.query_one("#load-from", Select).value
         load_from = next((v for _, v in LOAD_FROM if v == chosen), LOAD_FROM[0][1])
+        try:
+            typed = self.query_one("#load-nodes", Input).value
+            load_nodes = parse_load_nodes(typed, self.top.model.nodes)
+        except ValueError as exc:
+            self.notify(str(exc), severity="warning")
+            return
         request = LoadRequest(
             node=node,
             engine_id=engine.id,
@@ -217,6 +227,7 @@ class LoadScreen(BaseScreen):
             profile=prof,
             simulated=engine.simulated,
             load_from=load_from,
+            load_nodes=load_nodes,
         )
         self._load_running = True
         self.running_target, self._stop_reason = value, None
@@ -228,6 +239,7 @@ class LoadScreen(BaseScreen):
         self._planned = len(prof.concurrency)
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
+        where = f"split over {', '.join(load_nodes)}" if load_nodes else where
         self.query_one("#load-status", Static).update(
             f"starting {prof.description} on {value}, {where}"
         )
@@ -240,6 +252,7 @@ class LoadScreen(BaseScreen):
             self.post_message(LoadFinished(None, "no load generator is configured"))
             return
         request = await resolve_target(services.node(request.node), request)
+        request = share_with(request, services.node)  # a distributed run's links
         recorder = RunRecorder(services.store)  # gets every event, requests included
         self._recorder = recorder
         if self._stop_reason is not None:  # cancelled while its target was resolved
