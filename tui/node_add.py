@@ -8,8 +8,7 @@ import shlex
 from pathlib import Path
 from typing import ClassVar
 
-from textual import work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
@@ -95,26 +94,35 @@ class NodeAddForm(ModalScreen[None]):
         self.dismiss(None)
 
     def say(self, line: str) -> None:
-        self.query_one("#na-progress", Log).write_line(line)
+        for progress in self.query("#na-progress").results(Log):  # none once it is closed
+            progress.write_line(line)
 
-    @work(thread=True, exclusive=True, group="node-add", exit_on_error=False)
     def install(self, request: NodeAddRequest) -> None:
-        def say(line: str) -> None:
-            self.app.call_from_thread(self.say, line)
+        """The flow in a thread worker of the app's, not this form's: closing the form
+        (which cancels its own workers) leaves the install to finish and the node to join."""
+        app = self.app
 
-        try:
-            node = add_node(request, say)
-        except (NodeSetupError, ConfigError, TunnelError, OSError) as exc:
-            self.app.call_from_thread(self._ended, None, f"node add failed: {exc}")
-            return
-        self.app.call_from_thread(self._ended, node, "")
+        def run() -> None:
+            def say(line: str) -> None:
+                app.call_from_thread(self.say, line)
 
-    def _ended(self, node: NodeConfig | None, error: str) -> None:
+            try:
+                node = add_node(request, say)
+            except (NodeSetupError, ConfigError, TunnelError, OSError) as exc:
+                app.call_from_thread(self._ended, app, None, f"node add failed: {exc}")
+                return
+            app.call_from_thread(self._ended, app, node, "")
+
+        app.run_worker(run, name="node-add", group="node-add", thread=True, exit_on_error=False)
+
+    def _ended(self, app: App[object], node: NodeConfig | None, error: str) -> None:
+        """The install's end; the form may be closed by now (the node joins all the same)."""
         self.busy = False
-        self.query_one("#na-add", Button).disabled = False
+        for button in self.query("#na-add").results(Button):
+            button.disabled = False
         if node is None:
             self.say(error)
-            self.notify(error, severity="error")
+            app.notify(error, severity="error")
             return
         joined = self.host.join_node(node)
         done = (
@@ -123,4 +131,4 @@ class NodeAddForm(ModalScreen[None]):
             else f"node {node.name} upgraded in place"
         )
         self.say(done)
-        self.notify(done)
+        app.notify(done)
