@@ -8,12 +8,19 @@ an open proxy. The engine's API key, where the deployment has one, replaces the 
 Authorization header. Bodies stream both ways chunk by chunk (SSE arrives as the engine
 writes it); a write waits for the client to drain (back-pressure), and a client that goes
 away closes the upstream connection, which is how engines notice a cancelled request.
+
+Every proxied request costs the agent's host a few loopback sends and, for an engine that
+closes after each answer, a connect (benchmarks/proxy_bench.py): connections to an engine
+that keeps them are pooled, the answer's head goes out with its first bytes and its last
+bytes with the end of the chunked body, so a short streamed answer is one send fewer at
+each end.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -21,12 +28,12 @@ from aiohttp.web_log import AccessLogger
 from aiohttp.web_request import BaseRequest
 from yarl import URL
 
+from agents.catalog_adapter import get_spec
 from agents.keys import MANAGER
 from agents.manager import ManagerError
 
 log = logging.getLogger(__name__)
 
-PROXY_SESSION = web.AppKey("proxy_session", aiohttp.ClientSession)
 CONNECT_TIMEOUT_S = 10.0
 """An engine on the node's loopback connects at once or not at all; reading has no limit
 (a long generation is the caller's to time out)."""
@@ -49,9 +56,33 @@ HOP_BY_HOP = frozenset(
 length is recomputed by whichever side frames the body."""
 
 
-def _upstream(request: web.Request) -> tuple[URL, dict[str, str]]:
+POOL_IDLE_S = 2.0
+"""How long a pooled connection may wait for its next request: under the 5 s after which
+uvicorn (vLLM, SGLang) closes an idle one, so the proxy never sends into a socket the
+engine is closing (a request body cannot be sent twice)."""
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    """The proxy's client sessions to the node's engines, one per connection habit."""
+
+    pooled: aiohttp.ClientSession
+    """Keep-alive, no limit on connections (never fewer than a load's streams)."""
+    fresh: aiohttp.ClientSession
+    """A new connection per request, for engines that close theirs after every streamed
+    answer (llama-server): a pooled one would be dead on reuse."""
+
+    def for_kind(self, kind: str) -> aiohttp.ClientSession:
+        return self.fresh if get_spec(kind).closes_after_stream else self.pooled
+
+
+UPSTREAMS = web.AppKey("proxy_upstreams", Upstreams)
+
+
+def _upstream(request: web.Request) -> tuple[URL, dict[str, str], aiohttp.ClientSession]:
     """The deployment's own engine URL with the request's tail and query (the host and
-    port come from the agent's record, never from the request), and the headers to send."""
+    port come from the agent's record, never from the request), the headers to send and
+    the session that suits the engine."""
     dep = request.app[MANAGER].get(request.match_info["id"])  # unknown id: 404
     if dep.url is None:
         raise ManagerError(409, f"engine {dep.id} has no address yet (state {dep.state})")
@@ -64,7 +95,7 @@ def _upstream(request: web.Request) -> tuple[URL, dict[str, str]]:
     api_key = dep.config.get("api_key")
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    return url, headers
+    return url, headers, request.app[UPSTREAMS].for_kind(dep.kind)
 
 
 WHOLE_BODY_BYTES = 1 << 20
@@ -86,9 +117,33 @@ async def _streamed(request: web.Request) -> AsyncIterator[bytes]:
         yield chunk
 
 
+class _Relayed(web.StreamResponse):
+    """An engine's answer on its way out: the head waits for the first body bytes (sent
+    by ``_relay`` at once where none came with it), so both leave in one send."""
+
+    _send_headers_immediately = False
+
+
+async def _relay(
+    request: web.Request, upstream: aiohttp.ClientResponse, response: _Relayed
+) -> None:
+    """The engine's body to the client as it arrives; each write waits while the client's
+    buffer is full.  The bytes that arrive with the engine's end go out with the chunked
+    body's end."""
+    body = upstream.content
+    writer = await response.prepare(request)
+    chunk = body.read_nowait()  # what came with the engine's head rides with ours
+    if not chunk and not body.at_eof() and writer is not None:
+        writer.send_headers()  # nothing yet: the client gets the status now
+    while not body.at_eof():
+        if chunk:
+            await response.write(chunk)
+        chunk = await body.readany()
+    await response.write_eof(chunk)
+
+
 async def proxy(request: web.Request) -> web.StreamResponse:
-    url, headers = _upstream(request)
-    session = request.app[PROXY_SESSION]
+    url, headers, session = _upstream(request)
     dep_id = request.match_info["id"]
     try:
         upstream = await session.request(
@@ -103,23 +158,19 @@ async def proxy(request: web.Request) -> web.StreamResponse:
             502, f"engine {dep_id} at {url.origin()} did not answer: {exc or type(exc).__name__}"
         ) from None
     try:
-        response = web.StreamResponse(
+        response = _Relayed(
             status=upstream.status,
             reason=upstream.reason,
             headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP},
         )
-        await response.prepare(request)
         try:
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)  # waits while the client's buffer is full
+            await _relay(request, upstream, response)
         except (aiohttp.ClientError, TimeoutError) as exc:
             # The status is sent: cut the client's connection so the stream ends in an
             # error there too, not in a clean (and silently short) end.
             log.warning("engine %s stopped mid-answer: %s", dep_id, exc)
             if request.transport is not None:
                 request.transport.close()
-            return response
-        await response.write_eof()
         return response
     except ConnectionResetError:
         log.info("the client of engine %s went away: the engine's request is closed", dep_id)
@@ -132,20 +183,25 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         upstream.release()
 
 
-async def _proxy_session(app: web.Application) -> AsyncIterator[None]:
-    session = aiohttp.ClientSession(
-        # A fresh loopback connection per request (tens of microseconds): engines close
-        # kept-alive connections on their own terms (llama-server after a streamed answer),
-        # and a request body streamed into a stale one cannot be sent again.
-        connector=aiohttp.TCPConnector(limit=0, force_close=True),
+def _session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
         auto_decompress=False,  # bytes pass through as the engine encoded them
     )
-    app[PROXY_SESSION] = session
+
+
+async def _proxy_sessions(app: web.Application) -> AsyncIterator[None]:
+    upstreams = Upstreams(
+        pooled=_session(aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_IDLE_S)),
+        fresh=_session(aiohttp.TCPConnector(limit=0, force_close=True)),
+    )
+    app[UPSTREAMS] = upstreams
     try:
         yield
     finally:
-        await session.close()
+        await upstreams.pooled.close()
+        await upstreams.fresh.close()
 
 
 class AgentAccessLogger(AccessLogger):
@@ -162,6 +218,6 @@ class AgentAccessLogger(AccessLogger):
 
 
 def add_proxy_routes(app: web.Application) -> None:
-    app.cleanup_ctx.append(_proxy_session)
+    app.cleanup_ctx.append(_proxy_sessions)
     for method in ("GET", "POST"):
         app.router.add_route(method, "/v1/engines/{id}/proxy/{tail:.*}", proxy)

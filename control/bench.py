@@ -32,7 +32,7 @@ from control.bench_output import (
 )
 from control.bench_workers import bench_workers
 from control.config import ConfigError
-from control.distributed import bench_distributed, split_spec
+from control.distributed import bench_distributed, check_reach, split_spec
 from control.noderuns import NodeRunEnded, bench_on_node
 from control.preflight import GENERIC_KIND, PreflightError, preflight
 from control.reach import Placement, agent_target, find_node
@@ -147,6 +147,9 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, spec, workload, target, placement, err)
     try:
         node = find_node(args.config, args.node)
+        if args.load_nodes:
+            # refused before anything runs
+            check_reach(node, [find_node(args.config, name) for name in args.load_nodes])
         # the node's link (an ssh tunnel) stays up for the whole run: the load goes over it
         with held(node) as link:
             target, placement = run_in_new_loop(agent_target(node, link, args.engine_id, target))

@@ -85,6 +85,9 @@ class NodeConfig:
     """The CA file that signed the agent's TLS certificate (instead of the system's)."""
     fingerprint: str | None = None
     """The agent's TLS certificate pinned: ``sha256:`` and 64 lower-case hex digits."""
+    prefix: str | None = None
+    """Where ``node add`` installed the agent on the node (a path there, not here):
+    ``node remove`` and the next ``node add`` use it."""
 
     def read_token(self) -> str:
         """The node's bearer token; refuses a token file others can read (like ssh)."""
@@ -184,6 +187,12 @@ def _node(raw: object, index: int, base: Path) -> NodeConfig:
         raise ConfigError(f"node {name!r}: 'url' {url!r} has no host")
     if transport == "ssh" and port is None:
         raise ConfigError(f"node {name!r}: 'url' {url!r} needs the agent's port (ssh forwards it)")
+    prefix = raw.get("prefix")
+    if prefix is not None and (transport != "ssh" or not isinstance(prefix, str) or not prefix):
+        raise ConfigError(
+            f"node {name!r}: 'prefix' (where node add installed the agent) must be a path "
+            f"on the node, and only an ssh node has one"
+        )
     fingerprint, ca = _fingerprint(raw.get("fingerprint"), name), _path(raw, "ca", name, base)
     if fingerprint and ca:
         raise ConfigError(f"node {name!r}: set 'ca' or 'fingerprint', not both")
@@ -196,6 +205,7 @@ def _node(raw: object, index: int, base: Path) -> NodeConfig:
         ssh_config=_path(raw, "ssh_config", name, base),
         ca=ca,
         fingerprint=fingerprint,
+        prefix=prefix,
     )
 
 

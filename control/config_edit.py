@@ -39,6 +39,8 @@ def ssh_node_entry(node: NodeConfig) -> str:
     ]
     if node.ssh_config is not None:
         lines.append(f"ssh_config = {_toml_string(str(node.ssh_config))}")
+    if node.prefix is not None:
+        lines.append(f"prefix = {_toml_string(node.prefix)}")
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,12 @@ receive times around the node's reading, the sample with the shortest round trip
 and has every share start at one instant, given to each node on its own clock. Each
 share is followed as ``control.noderuns`` follows a node run (resuming after a cut link)
 and merged into one run by ``control.merge``; the offsets are stored with the run.
+
+Every node is reached over its link (``control.transport``: its URL, or an ssh tunnel). A
+load node reached over ssh reaches the engine's agent back through its own ssh connection
+(a remote forward to where this machine reaches that agent), so nodes that only ssh reaches
+need not reach each other; a load node reached by URL calls the engine agent's URL, which
+an engine node reached only over ssh does not have.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from typing import TYPE_CHECKING
 
 from agents.client import AgentClient, AgentError
 from agents.protocol import engine_facts
-from control.config import ConfigError
+from control.config import ConfigError, NodeConfig
 from control.merge import Merger, ShareSink
 from control.noderuns import EmitSink, follow_node_run, run_result, stop_node_run
 from control.reach import find_node
+from control.ssh_tunnel import SshTunnel
+from control.transport import opened, reaching_back
 from loadgen.process import new_run_id
 from loadgen.profiles import ClosedLoop, Level, LoadSpec, ProfileError
 from loadgen.runner import Target
@@ -59,6 +67,9 @@ class AgentRef:
     name: str
     url: str
     token: str = field(repr=False)
+    engine_url: str | None = None
+    """The engine's agent as this node reaches it, where not at the engine's own ``url``
+    (through this node's ssh connection back to the control plane)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +175,7 @@ async def run_distributed(
     if not names or len(set(names)) != len(names):
         raise ProfileError(f"name each load node once: {', '.join(names) or 'none'}")
     shares, workloads = split_spec(spec, len(names)), split_workload(workload, len(names))
+    refs = {ref.name: ref for ref in load_nodes}
     async with contextlib.AsyncExitStack() as stack:
         clients = {
             ref.name: await stack.enter_async_context(AgentClient(ref.url, ref.token))
@@ -215,8 +227,8 @@ async def run_distributed(
                     )  # fmt: skip
                 else:
                     run = await clients[node].start_peer_load(
-                        engine.url, engine.token, engine_id, *load, model=model, chat=chat,
-                        origin=origin, name=name, start_at=start_at,
+                        refs[node].engine_url or engine.url, engine.token, engine_id, *load,
+                        model=model, chat=chat, origin=origin, name=name, start_at=start_at,
                     )  # fmt: skip
                 started.append((i, run.run_id))
         except BaseException as exc:  # refused, or stopped meanwhile: stop those started
@@ -295,19 +307,62 @@ async def bench_distributed(
     """``infer-top bench --node --engine-id --load-nodes``: the run split over the load
     nodes' agents, every event of the merged run to ``emit``; its result, or NodeRunEnded
     when it had none."""
+    engine_config = find_node(config_file, engine_node)
+    nodes = [find_node(config_file, name) for name in load_nodes]
+    check_reach(engine_config, nodes)
+    async with contextlib.AsyncExitStack() as stack:
+        engine_link = await stack.enter_async_context(opened(engine_config))
+        engine = AgentRef(engine_node, engine_link.url, engine_config.read_token())
+        refs = []
+        for node in nodes:
+            if node.name == engine_node:
+                refs.append(engine)
+                continue
+            link = await stack.enter_async_context(opened(node))
+            ref = AgentRef(node.name, link.url, node.read_token())
+            refs.append(await share_ref(stack, ref, link.tunnel, engine))
+        events = run_distributed(
+            engine, engine_id, refs, spec, workload,
+            EmitSink(emit), model=model, chat=chat, origin="bench", name=name,
+        )  # fmt: skip
+        return await run_result(events, f"on nodes {', '.join(load_nodes)}")
 
-    def ref(node_name: str) -> AgentRef:
-        node = find_node(config_file, node_name)
-        if node.transport == "ssh":
-            # the nodes' agents call each other by URL; this one is reached through ssh only
-            raise ConfigError(
-                f"node {node.name!r} is reached over ssh: a distributed run needs nodes whose "
-                "agents reach each other by URL; run it from one node (leave out --load-nodes)"
+
+def unreachable(engine: tuple[str, bool], load_nodes: Sequence[tuple[str, bool]]) -> str | None:
+    """Why a load node could not reach the engine's agent, in words, or None: one reached
+    by URL (``(name, over_ssh)``), when the engine's node answers only through ssh."""
+    engine_name, engine_over_ssh = engine
+    for name, over_ssh in load_nodes:
+        if engine_over_ssh and name != engine_name and not over_ssh:
+            return (
+                f"load node {name!r} is reached by URL, and node {engine_name!r}'s agent "
+                f"answers only through ssh: {name} cannot reach it. Make {name} an ssh "
+                f"node (it then reaches {engine_name} back through its own ssh connection), "
+                f"or leave it out of the load nodes"
             )
-        return AgentRef(node.name, node.url, node.read_token())
+    return None
 
-    events = run_distributed(
-        ref(engine_node), engine_id, [ref(n) for n in load_nodes], spec, workload,
-        EmitSink(emit), model=model, chat=chat, origin="bench", name=name,
-    )  # fmt: skip
-    return await run_result(events, f"on nodes {', '.join(load_nodes)}")
+
+def check_reach(engine: NodeConfig, load_nodes: Sequence[NodeConfig]) -> None:
+    """ConfigError where a load node could not reach the engine's agent (``unreachable``)."""
+    why = unreachable(
+        (engine.name, engine.transport == "ssh"),
+        [(n.name, n.transport == "ssh") for n in load_nodes],
+    )
+    if why is not None:
+        raise ConfigError(why)
+
+
+async def share_ref(
+    stack: contextlib.AsyncExitStack,
+    load_node: AgentRef,
+    tunnel: SshTunnel | None,
+    engine: AgentRef,
+) -> AgentRef:
+    """``load_node``'s agent (over ``tunnel`` where ssh reaches it) with its way to the
+    engine's agent: a node over ssh reaches it back through ssh, for as long as ``stack``
+    holds; one reached by URL at the engine agent's own URL."""
+    if tunnel is None:
+        return load_node
+    back = await stack.enter_async_context(reaching_back(tunnel, engine.url))
+    return replace(load_node, engine_url=back)

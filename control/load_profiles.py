@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,6 +113,18 @@ class LoadProfile:
         from loadgen.workload import Workload
 
         return Workload(input_len=self.input_len, output_len=self.output_len)
+
+    def spread(self, nodes: int) -> LoadProfile:
+        """The profile as ``nodes`` load nodes run it together (a distributed run): each
+        node runs this profile's levels and request counts, so the run's are ``nodes``
+        times as many (split back evenly by ``control.distributed.split_spec``)."""
+        return replace(
+            self,
+            concurrency=tuple(c * nodes for c in self.concurrency),
+            rates=tuple(r * nodes for r in self.rates),
+            requests_per_level=self.requests_per_level * nodes,
+            warmup_requests=self.warmup_requests * nodes,
+        )
 
     @property
     def description(self) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -65,6 +65,11 @@ class LoadRequest:
     agent_token: str | None = field(default=None, repr=False)
     engine: Mapping[str, object] = field(default_factory=dict)
     """The engine's start options and KV check (``agents.protocol.engine_facts``)."""
+    load_nodes: tuple[str, ...] = ()
+    """Nodes whose agents share the load, each running the profile (a distributed run,
+    ``control.distributed``); empty: one place, as ``load_from`` says."""
+    handles: Mapping[str, NodeHandle] = field(default_factory=dict, repr=False, compare=False)
+    """The engine's node and the load nodes as this machine reaches them (``share_with``)."""
 
 
 LoadRunner = Callable[[LoadRequest, RunEventSink], AsyncGenerator[ProgressEvent, None]]
@@ -76,6 +81,8 @@ def run_load(request: LoadRequest, record: RunEventSink) -> AsyncGenerator[Progr
     """Progress events of the run; the last is ``RunFinished``, ``RunFailed`` or
     ``RunInterrupted``.  ``record`` gets every event, finished requests included,
     also after the caller stops iterating (the run's cut requests)."""
+    if request.load_nodes:
+        return _run_distributed(request, record)
     if request.load_from == "node":
         return _run_on_node(request, record)
     from loadgen.runner import Target
@@ -179,6 +186,69 @@ async def until_stopped(
             read.cancel()
             # the run's own clean-up runs in the read: wait for it, not for a result
             await asyncio.gather(read, return_exceptions=True)
+
+
+def parse_load_nodes(text: str, known: Collection[str]) -> tuple[str, ...]:
+    """The load nodes an operator typed (``a,b``; blank: none), each once and in the fleet;
+    ValueError in words otherwise."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(
+            f"no node {', '.join(unknown)} in the fleet (nodes: {', '.join(sorted(known))})"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"name each load node once: {', '.join(names)}")
+    return names
+
+
+def share_with(request: LoadRequest, node: Callable[[str], NodeHandle | None]) -> LoadRequest:
+    """``request`` with the handles of its engine's node and its load nodes (``node``
+    finds one by name): a distributed run reaches their agents over these links."""
+    found = {n: h for n in (request.node, *request.load_nodes) if (h := node(n)) is not None}
+    return replace(request, handles=found)
+
+
+async def _run_distributed(
+    request: LoadRequest, record: RunEventSink
+) -> AsyncGenerator[ProgressEvent, None]:
+    """The run split over the load nodes' agents (``run_distributed``), each running the
+    profile's levels; a load node over ssh reaches the engine's agent back through ssh."""
+    from control.distributed import AgentRef, run_distributed, share_ref, unreachable
+
+    handles = request.handles
+    names = (request.node, *request.load_nodes)
+    absent = [n for n in names if n not in handles or handles[n].token is None]
+    why = (
+        f"no agent with a token here for node {', '.join(absent)}: pick nodes of the fleet"
+        if absent
+        else unreachable(
+            (request.node, handles[request.node].tunnel is not None),
+            [(n, handles[n].tunnel is not None) for n in request.load_nodes],
+        )
+    )
+    if why is not None:
+        failed = RunFailed(why)
+        record.on_event(failed)
+        yield failed
+        return
+    refs = {n: AgentRef(n, handles[n].url, str(handles[n].token)) for n in names}
+    engine = refs[request.node]
+    p = request.profile.spread(len(request.load_nodes))
+    async with contextlib.AsyncExitStack() as stack:
+        shares = [
+            await share_ref(stack, refs[n], handles[n].tunnel, engine)
+            if n != request.node
+            else engine
+            for n in request.load_nodes
+        ]
+        events = run_distributed(
+            engine, request.engine_id, shares, p.spec(), p.workload(), record,
+            model=request.model, origin="tui", name=f"{request.engine_kind} {request.engine_id}",
+        )  # fmt: skip
+        async with contextlib.aclosing(events):  # closing it stops every share on its node
+            async for event in events:
+                yield event
 
 
 def path_label(setup: RunSetup) -> str:

@@ -10,38 +10,19 @@ keeps the token unless ``--rotate-token``. ``remove`` undoes it on the node and 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from agents.client import AgentError
-from agents.protocol import NodeInfo
-from control.config import ConfigError, NodeConfig, config_path, parse_config
-from control.config_edit import drop_node, put_node, read_text, ssh_node_entry
-from control.node_remote import write_private
-from control.node_setup import (
-    NAME,
-    NodeSetupError,
-    Remote,
-    Say,
-    build_wheel,
-    check_node,
-    default_wheel_cache,
-    dependency_wheels,
-    source_root,
-    wheel_archive,
-    wheel_digest,
-)
+from control.config import ConfigError, config_path
+from control.config_edit import drop_node
+from control.node_add import DEFAULT_PORT, NodeAddRequest, add_node, configured
+from control.node_setup import NodeSetupError, Remote, Say, default_wheel_cache
 from control.ssh_tunnel import TunnelError
-from control.transport import opened
 
-ANSWER_TIMEOUT_S = 60.0
-POLL_S = 0.25
 PREFIX_HELP = (
-    "where on the node the agent lives (default /opt/infer-agent as root, else "
-    "~/.local/share/infer-agent); remove needs the same one"
+    "where on the node the agent lives (default: the one your config records for the node, "
+    "else /opt/infer-agent as root, else ~/.local/share/infer-agent)"
 )
 
 
@@ -69,7 +50,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add.add_argument("--ssh", required=True, metavar="DEST", help="user@host or an ssh alias")
     add.add_argument("--ssh-config", type=Path, metavar="FILE", help="ssh -F FILE for this node")
     add.add_argument(
-        "--port", type=int, default=7070, help="the agent's port on the node's loopback (7070)"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"the agent's port on the node's loopback ({DEFAULT_PORT})",
     )
     add.add_argument("--prefix", metavar="NODE_DIR", help=PREFIX_HELP)
     add.add_argument(
@@ -126,91 +110,24 @@ def _guarded(action: str, body: Callable[[], None]) -> int:
     return 0
 
 
-def _configured(config_file: Path, name: str) -> NodeConfig | None:
-    text = read_text(config_file)
-    nodes = parse_config(text, source=config_file).nodes if text else ()
-    return next((n for n in nodes if n.name == name), None)
-
-
 def _add(args: argparse.Namespace, say: Say) -> None:
-    name, destination = args.name, args.ssh
-    if not NAME.fullmatch(name):
-        raise NodeSetupError(f"node name {name!r}: use letters, digits, '.', '_' or '-'")
-    config_file = args.config or config_path()
-    existing = _configured(config_file, name)
-    if existing is not None and (existing.transport, existing.ssh) != ("ssh", destination):
-        raise NodeSetupError(
-            f"{config_file} already has a node {name!r} reached at {existing.ssh or existing.url}: "
-            f"pick another name, or remove that entry first"
-        )
-    ssh_config = args.ssh_config.resolve() if args.ssh_config else None
-    remote = Remote(destination, ssh_config)
-    say(f"[1/6] checking {destination}")
-    probe = remote.call("probe", {"port": args.port, "prefix": args.prefix}, say)
-    check_node(probe, say)
-    with tempfile.TemporaryDirectory(prefix="infer-top-node-") as scratch:
-        say(f"[2/6] building the agent's wheel from {source_root()}")
-        wheel = build_wheel(Path(scratch))
-        say("[3/6] gathering its dependencies' wheels")
-        cache = args.wheel_cache or default_wheel_cache()
-        deps = dependency_wheels(wheel, probe, cache, say)
-        say(f"[4/6] installing the agent on {destination}")
-        params = {
-            "name": name,
-            "port": args.port,
-            "prefix": args.prefix,
-            "rotate_token": args.rotate_token,
-            "agent_args": args.agent_arg,
-            "wheel": wheel.name,
-            "digest": wheel_digest(wheel),
-        }
-        with tempfile.TemporaryFile() as archive:
-            wheel_archive([wheel, *deps], archive)
-            installed = remote.call("install", params, say, stdin=archive)
-    node = NodeConfig(
-        name=name,
-        url=f"http://127.0.0.1:{args.port}",
-        token_file=config_file.parent.resolve() / f"{name}.token",
-        transport="ssh",
-        ssh=destination,
-        ssh_config=ssh_config,
+    request = NodeAddRequest(
+        name=args.name,
+        destination=args.ssh,
+        config_file=args.config or config_path(),
+        ssh_config=args.ssh_config,
+        port=args.port,
+        prefix=args.prefix,
+        rotate_token=args.rotate_token,
+        agent_args=tuple(args.agent_arg),
+        wheel_cache=args.wheel_cache,
     )
-    token = str(installed["token"])
-    say(f"[5/6] waiting for the agent to answer through ssh {destination}")
-    info = asyncio.run(wait_answering(node, token, str(installed["prefix"])))
-    say(f"  agent {info.agent_version} on {info.host} answers ({info.platform})")
-    say(f"[6/6] adding node {name} to {config_file}")
-    assert node.token_file is not None
-    node.token_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    write_private(node.token_file, token + "\n")
-    put_node(config_file, ssh_node_entry(node), name)
-    state = "installed or upgraded" if installed["changed"] else "already up to date"
-    say(f"node {name}: agent {state} under {installed['prefix']} on {destination}")
-
-
-async def wait_answering(node: NodeConfig, token: str, prefix: str) -> NodeInfo:
-    """The agent's node info through an ssh forward, asked until it answers or the deadline."""
-    async with opened(node) as link, link.client(token) as client:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + ANSWER_TIMEOUT_S
-        while True:
-            try:
-                return await client.node_info()
-            except AgentError as exc:
-                if exc.status:
-                    raise NodeSetupError(f"the agent on {node.ssh} refused: {exc}") from exc
-                if loop.time() > deadline:
-                    raise NodeSetupError(
-                        f"the agent on {node.ssh} did not answer in {ANSWER_TIMEOUT_S:g} s "
-                        f"({exc}); see {prefix}/agent.log on the node "
-                        f"(journalctl -u infer-agent where it runs under systemd)"
-                    ) from exc
-            await asyncio.sleep(POLL_S)
+    add_node(request, say)
 
 
 def _remove(args: argparse.Namespace, say: Say) -> None:
     config_file = args.config or config_path()
-    node = _configured(config_file, args.name)
+    node = configured(config_file, args.name)
     if node is None:
         raise NodeSetupError(f"{config_file} has no node named {args.name!r}")
     if node.transport != "ssh" or node.ssh is None:
@@ -219,7 +136,8 @@ def _remove(args: argparse.Namespace, say: Say) -> None:
             f"install it: remove its [[nodes]] entry from {config_file} by hand"
         )
     say(f"[1/2] removing the agent from {node.ssh}")
-    removed = Remote(node.ssh, node.ssh_config).call("remove", {"prefix": args.prefix}, say)
+    prefix = args.prefix or node.prefix  # the one node add recorded
+    removed = Remote(node.ssh, node.ssh_config).call("remove", {"prefix": prefix}, say)
     if not removed["removed"]:
         say(f"  nothing was installed at {removed['prefix']} on {node.ssh}")
     say(f"[2/2] removing node {args.name} from {config_file}")

@@ -7,12 +7,17 @@ error with ssh's own words, shown per node. ``ExitOnForwardFailure=yes`` makes a
 cannot be set up end ssh instead of leaving a tunnel to nowhere, and ``ServerAliveInterval``
 ends it when the far side went silent; either way the tunnel dials again with back-off on
 the same local port, so the node's URL never changes while infer-top runs.
+
+A tunnel may also carry a remote forward back (``reverse_to``): a port on the node's loopback
+that reaches an address this machine reaches (a distributed run's other agent), the port
+OpenSSH allocates on the first dial and asks for again on every later one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -38,6 +43,8 @@ FOREVER_MARKERS = (
     "no argument after keyword",
 )
 """ssh's words for a refusal that dialling again cannot change: the tunnel stops (failed)."""
+ALLOCATED = re.compile(r"Allocated port (\d+) for remote forward")
+"""ssh's report of the port the node gave a remote forward asked for as port 0."""
 
 
 class TunnelError(ConnectionError):
@@ -114,11 +121,17 @@ def explain(destination: str, lines: list[str]) -> str:
         )
     if "Permission denied" in text:
         return f"{last} (the key is refused: is it loaded or named by IdentityFile?)"
+    if "remote port forwarding failed" in text:
+        return (
+            f"{last} (the node's sshd must allow remote forwards for a distributed run: "
+            f"AllowTcpForwarding yes or remote in its sshd_config)"
+        )
     return last
 
 
 class SshTunnel:
-    """``ssh -N -L 127.0.0.1:<local_port>:<remote_host>:<remote_port> DESTINATION``, kept up.
+    """``ssh -N -L 127.0.0.1:<local_port>:<remote_host>:<remote_port> DESTINATION``, kept up;
+    with ``reverse_to`` (host, port) also ``-R 127.0.0.1:<node_port>:<host>:<port>``.
 
     ``state`` is the tunnel's phase now; ``subscribe`` hears every change (the TUI shows
     them). ``start`` runs the watcher in the current loop; ``close`` ends it and ssh.
@@ -133,10 +146,15 @@ class SshTunnel:
         config_file: Path | None = None,
         backoff: Backoff | None = None,
         ssh: str = "ssh",
+        reverse_to: tuple[str, int] | None = None,
     ) -> None:
         self.destination = destination
         self.local_port = free_port()
+        self._remote = (remote_host, remote_port)
         self._forward = f"127.0.0.1:{self.local_port}:{remote_host}:{remote_port}"
+        self._reverse_to = reverse_to
+        self.node_port: int | None = None
+        """With ``reverse_to``: the port on the node's loopback that reaches it (once up)."""
         self._config_file = config_file
         self._backoff = backoff or Backoff()
         self._ssh = ssh
@@ -146,6 +164,20 @@ class SshTunnel:
         self._task: asyncio.Task[None] | None = None
         self._process: asyncio.subprocess.Process | None = None
 
+    def sibling(self, reverse_to: tuple[str, int]) -> SshTunnel:
+        """A second tunnel to the same node that also carries ``reverse_to`` back to it
+        (not started): a distributed run's way back to the engine's agent."""
+        host, port = self._remote
+        return SshTunnel(
+            self.destination,
+            host,
+            port,
+            config_file=self._config_file,
+            backoff=self._backoff,
+            ssh=self._ssh,
+            reverse_to=reverse_to,
+        )
+
     @property
     def pid(self) -> int | None:
         """The running ssh client's pid (None between attempts)."""
@@ -153,11 +185,15 @@ class SshTunnel:
         return process.pid if process is not None and process.returncode is None else None
 
     def argv(self) -> list[str]:
+        flags = ["-N", "-T", "-L", self._forward]
+        if self._reverse_to is not None:
+            host, port = self._reverse_to
+            flags += ["-R", f"127.0.0.1:{self.node_port or 0}:{host}:{port}"]
         return ssh_argv(
             self.destination,
             config_file=self._config_file,
             ssh=self._ssh,
-            flags=("-N", "-T", "-L", self._forward),
+            flags=flags,
             options=(
                 "ExitOnForwardFailure=yes",
                 f"ServerAliveInterval={ALIVE_INTERVAL_S}",
@@ -229,11 +265,13 @@ class SshTunnel:
             start_new_session=True,  # a terminal's ^C goes to infer-top, which ends ssh itself
         )
         lines: deque[str] = deque(maxlen=STDERR_LINES)
-        reader = asyncio.create_task(_collect(process, lines))
+        reader = asyncio.create_task(self._collect(process, lines))
         came_up = False
         try:
             while process.returncode is None and not came_up:
-                came_up = await _listening(self.local_port)
+                came_up = await _listening(self.local_port) and (
+                    self._reverse_to is None or self.node_port is not None
+                )
                 if came_up:
                     self._set(TunnelState("up"))
                 else:
@@ -247,6 +285,16 @@ class SshTunnel:
                 await _end(process)
         return came_up, list(lines), process.returncode
 
+    async def _collect(self, process: asyncio.subprocess.Process, lines: deque[str]) -> None:
+        """ssh's stderr: the remote forward's allocated port, else its last words."""
+        assert process.stderr is not None
+        async for raw in process.stderr:
+            line = raw.decode(errors="replace").strip()
+            if allocated := ALLOCATED.search(line):
+                self.node_port = int(allocated.group(1))
+            elif line and not line.startswith("@@@"):  # the banner around a changed host key
+                lines.append(line)
+
 
 async def _end(process: asyncio.subprocess.Process) -> None:
     """TERM, then KILL when ssh is still there after a bounded wait."""
@@ -258,14 +306,6 @@ async def _end(process: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         await process.wait()
-
-
-async def _collect(process: asyncio.subprocess.Process, lines: deque[str]) -> None:
-    assert process.stderr is not None
-    async for raw in process.stderr:
-        line = raw.decode(errors="replace").strip()
-        if line and not line.startswith("@@@"):  # the banner around a changed host key
-            lines.append(line)
 
 
 async def _listening(port: int) -> bool:

@@ -86,6 +86,22 @@ async def opened(node: NodeConfig) -> AsyncIterator[AgentLink]:
         await link.tunnel.close()
 
 
+@asynccontextmanager
+async def reaching_back(tunnel: SshTunnel, url: str) -> AsyncIterator[str]:
+    """``url`` (an agent this machine reaches) as the node at the far end of ``tunnel``
+    reaches it: through a second ssh connection to that node carrying a remote forward
+    back here, up until the block ends."""
+    where = urlparse(url)
+    assert where.hostname is not None and where.port is not None  # an agent URL has both
+    back = tunnel.sibling((where.hostname, where.port))
+    try:
+        await back.wait_up(TUNNEL_UP_TIMEOUT_S)
+        assert back.node_port is not None  # up: ssh said which port the node gave
+        yield f"{where.scheme}://127.0.0.1:{back.node_port}"
+    finally:
+        await back.close()
+
+
 @contextmanager
 def held(node: NodeConfig) -> Iterator[AgentLink]:
     """``opened`` for a synchronous command whose parts run in loops of their own (bench):

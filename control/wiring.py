@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from agents.client import AgentClient
 from agents.config import AgentConfig
-from control.config import Config, ConfigError
+from control.config import Config, ConfigError, NodeConfig
 from control.loads import run_load
 from control.nodes import NodeHandle
 from control.services import Services
@@ -24,17 +24,38 @@ from store import open_store
 def node_handles(config: Config) -> list[NodeHandle]:
     """One handle per configured node, over its link (``control.transport``); its ssh
     tunnel, if any, not started yet."""
-    handles = []
-    for node in config.nodes:
-        try:
-            token = node.read_token()
-            link = agent_link(node)
-        except ConfigError as exc:
-            handles.append(NodeHandle(node.name, node.url, None, error=str(exc)))
-            continue
-        client = link.client(token)
-        handles.append(NodeHandle(node.name, link.url, client, token=token, tunnel=link.tunnel))
-    return handles
+    return [node_handle(node) for node in config.nodes]
+
+
+def node_handle(node: NodeConfig) -> NodeHandle:
+    """The node's handle over its link, or why it has none (a config error in words)."""
+    try:
+        token = node.read_token()
+        link = agent_link(node)
+    except ConfigError as exc:
+        return NodeHandle(node.name, node.url, None, error=str(exc))
+    client = link.client(token)
+    return NodeHandle(node.name, link.url, client, token=token, tunnel=link.tunnel)
+
+
+def _own(services: Services, handle: NodeHandle) -> None:
+    """The handle's client closes and its tunnel (started now) ends with the services."""
+    if handle.client is not None:
+        services.exit_stack.push_async_callback(handle.client.close)
+    if handle.tunnel is not None:
+        handle.tunnel.start()
+        services.exit_stack.push_async_callback(handle.tunnel.close)
+
+
+def join_node(services: Services, node: NodeConfig) -> NodeHandle | None:
+    """A node added while the services run (``node add`` from the TUI): its handle, or
+    None where one of that name is there already (an upgrade in place keeps its link)."""
+    if services.node(node.name) is not None:
+        return None
+    handle = node_handle(node)
+    _own(services, handle)
+    services.nodes = (*services.nodes, handle)
+    return handle
 
 
 @asynccontextmanager
@@ -52,11 +73,7 @@ async def build_services(
         if config.embedded:
             handles.append(await _embedded(services, agent_config))
         for h in handles:
-            if h.client is not None:
-                services.exit_stack.push_async_callback(h.client.close)
-            if h.tunnel is not None:
-                h.tunnel.start()
-                services.exit_stack.push_async_callback(h.tunnel.close)
+            _own(services, h)
         services.nodes = tuple(handles)
         yield services
 

@@ -243,7 +243,8 @@ class SshRig:
 
 
 def _start_sshd(node: TestNode, rig: SshRig, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    """A real sshd on the node's address, key login only, local forwards only."""
+    """A real sshd on the node's address, key login only; TCP forwards both ways (OpenSSH's
+    default: a distributed run's load node reaches the engine's agent by a remote forward)."""
     host_key = rig.host_key(node)
     _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node.name, "-f", str(host_key))
     public = host_key.with_suffix(".pub").read_text().split()
@@ -255,7 +256,7 @@ def _start_sshd(node: TestNode, rig: SshRig, log: IO[bytes]) -> subprocess.Popen
         f"HostKey {host_key}\n"
         f"AuthorizedKeysFile {rig.directory / 'authorized_keys'}\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nStrictModes no\nAllowTcpForwarding local\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nAllowTcpForwarding yes\n"
         "UsePAM no\n"
         f"PidFile {rig.directory / (node.name + '_sshd.pid')}\n"
     )

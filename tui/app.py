@@ -8,6 +8,7 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import App
@@ -16,11 +17,12 @@ from textual.timer import Timer
 from textual.widgets import DataTable, SelectionList
 
 from control.alerts import AlertCenter
-from control.config import Config
+from control.config import Config, NodeConfig, config_path
 from control.model import FleetModel
 from control.nodes import NodeHandle
 from control.services import Report, Services, describe_error
 from control.ssh_tunnel import SshTunnel, TunnelState
+from control.wiring import join_node
 from runs.events import RunEvent
 from telemetry import TelemetryFrame
 from tui import guard
@@ -126,23 +128,42 @@ class InferTopApp(App[int]):
         await self.switch_mode("fleet")
         self.set_interval(NODE_CHECK_S, self.check_nodes)
         for node in self.services.nodes:
-            if node.tunnel is not None:
-                node.tunnel.subscribe(partial(self._tunnel_changed, node.name, node.tunnel))
-            if node.client is None:
-                self.model.mark_error(node.name, node.error or "no client", None)
-            elif self.services.stream_telemetry:
-                self.run_worker(
-                    self._follow_node(node),
-                    name=f"telemetry:{node.name}",
-                    group="telemetry",
-                    exit_on_error=False,
-                )
+            self._watch(node)
         if self.services.on_start is not None:
             self.run_worker(
                 self._startup(self.services.on_start), name="startup", exit_on_error=False
             )
         self._notify_fleet()
         self.set_timer(GC_FREEZE_AFTER_S, freeze_heap)
+
+    def _watch(self, node: NodeHandle) -> None:
+        """Show the node's link and follow its telemetry (or say why there is none)."""
+        if node.tunnel is not None:
+            node.tunnel.subscribe(partial(self._tunnel_changed, node.name, node.tunnel))
+        if node.client is None:
+            self.model.mark_error(node.name, node.error or "no client", None)
+        elif self.services.stream_telemetry:
+            self.run_worker(
+                self._follow_node(node),
+                name=f"telemetry:{node.name}",
+                group="telemetry",
+                exit_on_error=False,
+            )
+
+    @property
+    def config_file(self) -> Path:
+        return self.config.source or config_path()
+
+    def join_node(self, node: NodeConfig) -> bool:
+        """A node ``node add`` just put in the config joins the fleet now; False where one
+        of that name is shown already (upgraded in place, its link unchanged)."""
+        handle = join_node(self.services, node)
+        if handle is None:
+            return False
+        self.model.add_node(node.name, f"{handle.url} (ssh {node.ssh})" if node.ssh else node.url)
+        self._watch(handle)
+        self._notify_fleet()
+        return True
 
     async def _startup(self, work: Callable[[Report], Awaitable[None]]) -> None:
         loop_thread = threading.get_ident()

@@ -7,11 +7,13 @@ never finishes loading: /health answers llama-server's 503 "Loading model" and t
 last line is the file's text.  With a file ``health-503`` /health answers SGLang's bare
 503 (its answer while starting, and once up when its own check timed out).  A file
 ``version`` is served as ``{"version": ...}`` at vLLM's /version and SGLang's
-/get_server_info."""
+/get_server_info.  ``/v1/chat/completions`` streams a short answer and notes the client's
+port; ``/peers`` lists those ports, one per request (a reused connection repeats one)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from aiohttp import web
@@ -49,7 +51,26 @@ def main() -> None:
             return web.json_response({"error": "not served"}, status=501)
         return web.Response(body=path.read_bytes(), content_type="text/plain")
 
+    peers: list[int] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        peers.append(peer[1] if peer else 0)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for text in ("a", "b"):
+            delta = json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]})
+            await resp.write(f"data: {delta}\n\n".encode())
+        await resp.write_eof(b"data: [DONE]\n\n")  # the connection stays the client's
+        return resp
+
+    async def peer_list(request: web.Request) -> web.Response:
+        return web.json_response(peers)
+
     app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/peers", peer_list)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", page)
     app.router.add_get("/slots", page)

@@ -8,11 +8,17 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import aiohttp
 import pytest
 
 from agents.client import AgentClient
+from agents.config import AgentConfig
+from agents.embedded import embedded_agent
+from tests.agents.test_engine_faults import STANDIN, engines_killed_afterwards
 
 from .conftest import TOKEN
 
@@ -110,3 +116,36 @@ async def test_proxied_requests_stay_out_of_the_access_log_unless_debugging(
             assert resp.status == 200
         assert any("/proxy/v1/models" in line for line in access_lines()), access_lines()
     await client.stop(engine.id)
+
+
+@pytest.mark.parametrize(("kind", "connections"), [("vllm", 1), ("llamacpp", 6)])
+async def test_the_proxy_keeps_its_engine_connections_where_the_engine_does(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, kind: str, connections: int
+) -> None:
+    """A connect per request is most of what the proxy adds on a busy node
+    (benchmarks/proxy_bench.py): an engine that keeps connections alive (vLLM) gets its one
+    connection back for each answer; llama-server, which closes its connection after every
+    streamed answer, still gets a fresh one each time."""
+    wrapper = tmp_path / "standin"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    (tmp_path / "engines" / "model").mkdir(parents=True)
+    config = make_config(native_binaries={kind: wrapper}, model_dirs=(tmp_path / "engines",))
+    with engines_killed_afterwards(config.state_dir, str(STANDIN)):
+        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+            model = str(tmp_path / "engines" / "model")
+            engine = await client.start(kind, {"model": model}, runtime="process")
+            assert engine.url is not None
+            proxy = f"{url}/v1/engines/{engine.id}/proxy/v1/chat/completions"
+            async with aiohttp.ClientSession(headers=AUTH) as http:
+                for _ in range(6):
+                    async with http.post(proxy, json=CHAT) as resp:
+                        assert resp.status == 200, await resp.text()
+                        choices = [c["choices"] for c in await sse_chunks(resp)]
+                    assert choices == [
+                        [{"index": 0, "delta": {"content": text}}] for text in ("a", "b")
+                    ]
+                async with http.get(f"{engine.url}/peers") as resp:
+                    peers = await resp.json()
+            await client.stop(engine.id)
+    assert len(peers) == 6 and len(set(peers)) == connections, peers

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from control.config import NodeConfig, load_config
+from control.config import ConfigError, NodeConfig, load_config, parse_config
 from control.config_edit import drop_node, put_node, ssh_node_entry
 from control.node_setup import NodeSetupError, check_node, target_of, wheel_digest
 
@@ -37,6 +37,7 @@ def _entry(tmp_path: Path, destination: str) -> str:
         transport="ssh",
         ssh=destination,
         ssh_config=tmp_path / "ssh config",
+        prefix="/srv/infer agent",
     )
     return ssh_node_entry(node)
 
@@ -58,6 +59,7 @@ def test_a_node_is_added_replaced_and_dropped_with_the_rest_of_the_file_kept(
         "jetson",
         tmp_path / "ssh config",
     )
+    assert jetson.prefix == "/srv/infer agent"  # node remove finds the agent there
 
     put_node(config, _entry(tmp_path, "ops@10.20.0.7"), "jetson")
     assert config.read_text().count('name = "jetson"') == 1
@@ -101,3 +103,9 @@ def test_a_rebuilt_wheel_of_the_same_code_has_the_same_digest(tmp_path: Path) ->
     same = wheel("a.whl", 2020, b"print(1)"), wheel("b.whl", 2026, b"print(1)")
     assert wheel_digest(same[0]) == wheel_digest(same[1])
     assert wheel_digest(wheel("c.whl", 2020, b"print(2)")) != wheel_digest(same[0])
+
+
+def test_only_an_ssh_node_records_where_node_add_installed_its_agent() -> None:
+    entry = '[[nodes]]\nname = "a"\nurl = "http://10.0.0.5:7070"\nprefix = "/opt/x"\n'
+    with pytest.raises(ConfigError, match="only an ssh node has one"):
+        parse_config(entry)

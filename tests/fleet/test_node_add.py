@@ -2,7 +2,8 @@
 installed from this checkout's freshly built wheel with the node-side pip on ``--no-index``
 (the namespace has only its bridge, no route anywhere), answers through the ssh transport,
 lands in the operator's config; a second add changes nothing; its supervisor starts it again
-when it is killed; remove leaves no process, no file under the prefix and no config entry.
+when it is killed; remove (told no prefix: the config recorded add's) leaves no process, no
+file under the prefix and no config entry.
 The node shares this machine's filesystem, so everything goes under a test-made ``--prefix``."""
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     assert "installing the agent and its dependencies (pip --no-index)" in first
     node = _node(config, "lab2")
     assert node is not None and (node.transport, node.ssh) == ("ssh", "lab")
-    assert node.url == f"http://127.0.0.1:{PORT}"
+    assert node.url == f"http://127.0.0.1:{PORT}" and node.prefix == str(prefix)
     info = asyncio.run(_ask(node))  # through the ssh transport, with its token
     assert (info.node, info.interval_s) == ("lab2", 0.5)  # its name and --agent-arg
     token = node.read_token()  # refuses a token file others may read
@@ -114,7 +115,8 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     assert pid in running and len(running) == 2, running  # the supervisor and the agent
     assert config.read_text().startswith(OTHER)  # the operator's own lines kept
 
-    assert main(add) == 0, capsys.readouterr().err
+    upgrade = [a for a in add if a not in ("--prefix", str(prefix))]  # the recorded one
+    assert main(upgrade) == 0, capsys.readouterr().err
     second = capsys.readouterr().out
     assert "the agent package is up to date" in second
     assert "the agent is running unchanged" in second
@@ -136,7 +138,7 @@ def test_node_add_installs_over_ssh_a_second_add_is_a_no_op_and_remove_cleans_up
     assert info.node == "lab2"
     running = _processes_under(lab, prefix)
 
-    remove = ["node", "remove", "lab2", "--prefix", str(prefix), "--config", str(config)]
+    remove = ["node", "remove", "lab2", "--config", str(config)]  # the recorded prefix
     assert main(remove) == 0, capsys.readouterr().err
     assert "model caches and Docker volumes" in capsys.readouterr().out
     assert not any(_alive(p) for p in running), running

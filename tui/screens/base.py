@@ -4,6 +4,7 @@ imports the app module)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 from rich.text import Text
@@ -13,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from control.alerts import AlertCenter
-from control.config import Config
+from control.config import Config, NodeConfig
 from control.model import FleetModel
 from control.services import Services
 from runs.events import RunEvent
@@ -59,6 +60,14 @@ class ScreenHost(Protocol):
 
     def record_telemetry(self, node: str, on: bool) -> None:
         """Keep ``node``'s telemetry in the store (on) or stop (off): a load test runs."""
+
+    @property
+    def config_file(self) -> Path:
+        """The operator's config file (``node add`` adds nodes to it)."""
+
+    def join_node(self, node: NodeConfig) -> bool:
+        """Show a node just added to the config and follow it; False where one of that
+        name is shown already."""
 
 
 ALERTS_KEY = "!"

@@ -20,6 +20,7 @@ from control.model import (
 )
 from telemetry import EngineTelemetry, GpuSample
 from tui.fasttable import Cell, FastTable, Item
+from tui.node_add import NodeAddForm
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
     ENGINE_COLUMNS,
@@ -152,6 +153,7 @@ class FleetScreen(FilteredScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_node", "Open node", show=False),
         Binding("o", "cycle_sort", "Sort"),
+        Binding("a", "add_node", "Add node"),
     ]
     sort_key = SortKey.NODE
     _node_names: tuple[str, ...] | None = None
@@ -254,3 +256,6 @@ class FleetScreen(FilteredScreen):
         key = self.query_one("#nodes", FastTable).selected_key
         if key:
             self.top.open_node(key)
+
+    def action_add_node(self) -> None:
+        self.app.push_screen(NodeAddForm(self.top))

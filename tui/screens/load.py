@@ -15,7 +15,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, DataTable, Label, ProgressBar, Select, Static
+from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Select, Static
 
 from control.config import config_path
 from control.load_profiles import LoadProfile, all_profiles, save_profile
@@ -32,8 +32,10 @@ from control.loads import (
     LOAD_FROM,
     LoadRequest,
     context_refusal,
+    parse_load_nodes,
     path_label,
     resolve_target,
+    share_with,
     until_stopped,
 )
 from control.services import describe_error
@@ -95,6 +97,8 @@ class LoadScreen(BaseScreen):
                         allow_blank=False,
                         compact=True,
                     )
+                    yield Label(" or split over ")
+                    yield Input(placeholder="nodes a,b", id="load-nodes", compact=True)
                 yield Static("Pick a target engine and a profile, then press r.", id="load-status")
                 yield Static("", id="load-path")
                 yield ProgressBar(total=1.0, id="load-progress", show_eta=False)
@@ -210,6 +214,12 @@ class LoadScreen(BaseScreen):
         prof = self._profile()
         chosen = self.query_one("#load-from", Select).value
         load_from = next((v for _, v in LOAD_FROM if v == chosen), LOAD_FROM[0][1])
+        try:
+            typed = self.query_one("#load-nodes", Input).value
+            load_nodes = parse_load_nodes(typed, self.top.model.nodes)
+        except ValueError as exc:
+            self.notify(str(exc), severity="warning")
+            return
         request = LoadRequest(
             node=node,
             engine_id=engine.id,
@@ -219,6 +229,7 @@ class LoadScreen(BaseScreen):
             profile=prof,
             simulated=engine.simulated,
             load_from=load_from,
+            load_nodes=load_nodes,
         )
         self._load_running = True
         self.running_target, self._stop_reason = value, None
@@ -231,6 +242,7 @@ class LoadScreen(BaseScreen):
         self._planned = prof.level_count
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
+        where = f"split over {', '.join(load_nodes)}" if load_nodes else where
         self.query_one("#load-status", Static).update(
             f"starting {prof.description} on {value}, {where}"
         )
@@ -284,6 +296,7 @@ class LoadScreen(BaseScreen):
         if self._stop_reason is not None:  # cancelled while its target was resolved
             self.post_message(LoadFinished(None, None, None))
             return
+        request = share_with(request, services.node)  # a distributed run's links
         recorder = RunRecorder(services.store)  # gets every event, requests included
         self._recorder = recorder
         self.top.record_telemetry(request.node, True)
