@@ -239,7 +239,10 @@ async def test_cancel_stops_the_pull_and_the_next_pull_keeps_the_files_complete(
     hub = HubStandin({"org/slow": HubRepo(files)}, rate_bytes_per_s=256 * 1024)
     async with pulling_agent(make_config, hub, hub_cache, monkeypatch) as (_, client):
         pull = await client.pull_model("org/slow")
-        await apoll_until(lambda: hub.sent_bytes > 0, "the weights to start flowing")
+        snapshots = hub_cache / "hub" / "models--org--slow" / "snapshots"
+        # the small file is complete (linked into its snapshot) before the cancel
+        await apoll_until(lambda: any(snapshots.rglob("config.json")), "config.json complete")
+        await apoll_until(lambda: hub.sent_bytes > 2, "the weights to start flowing")
         with pytest.raises(AgentError) as twice:
             await client.pull_model("org/slow")
         assert twice.value.status == 409 and pull.id in twice.value.message
