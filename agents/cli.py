@@ -246,8 +246,9 @@ def certificate_fingerprint(pem: str) -> str:
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop where installed (the ``fast`` extra): the proxy passes every streamed chunk
-    through the loop, and uvloop's socket path costs a fraction of asyncio's."""
+    """uvloop (a dependency; asyncio where it could not be installed): the proxy passes
+    every streamed chunk through the loop, and uvloop's socket path costs a fraction of
+    asyncio's."""
     try:
         import uvloop
     except ImportError:

@@ -27,7 +27,7 @@ from aiohttp import web
 from agents.keys import CONFIG, MANAGER
 from agents.manager import ManagerError
 from agents.protocol import LoadRunInfo, engine_facts, to_dict
-from agents.routes import AUDIT_DETAILS, audited, json_response, read_body
+from agents.routes import AUDIT_DETAILS, audited, json_response, read_body, stream_lines
 from agents.runtime import Deployment
 from agents.security import open_private, private_dir
 from loadgen.process import new_run_id
@@ -347,18 +347,8 @@ async def load_events(request: web.Request) -> web.StreamResponse:
         first = await anext(lines)  # an unknown run is a 404 before the stream starts
     except StopAsyncIteration:
         first = b""  # an ended run with nothing after ``after``
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await response.prepare(request)
-    try:
-        await response.write(first)
-        async for line in lines:
-            await response.write(line)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the reader went away: it resumes from the last seq it stored
-    finally:
-        await lines.aclose()
-    return response
+    # a reader that goes away resumes from the last seq it stored
+    return await stream_lines(request, first, lines)
 
 
 @audited("load-cancel")

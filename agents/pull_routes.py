@@ -14,7 +14,7 @@ from agents.keys import CONFIG, MANAGER
 from agents.manager import ManagerError
 from agents.protocol import to_dict
 from agents.pull_jobs import Pulls
-from agents.routes import AUDIT_DETAILS, audited, json_response, read_body
+from agents.routes import AUDIT_DETAILS, audited, json_response, read_body, stream_lines
 from engines.hub_files import check_revision, parse_ref
 
 PULLS = web.AppKey("pulls", Pulls)
@@ -63,18 +63,8 @@ async def list_pulls(request: web.Request) -> web.Response:
 async def follow_pull(request: web.Request) -> web.StreamResponse:
     lines = request.app[PULLS].follow(request.match_info["id"])
     first = await anext(lines)  # an unknown pull is a 404 before the stream starts
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await response.prepare(request)
-    try:
-        await response.write(first)
-        async for line in lines:
-            await response.write(line)
-        await response.write_eof()
-    except ConnectionResetError:
-        pass  # the follower went away; the pull goes on until cancelled
-    finally:
-        await lines.aclose()
-    return response
+    # a follower that goes away leaves the pull going until it is cancelled
+    return await stream_lines(request, first, lines)
 
 
 @audited("model-pull-cancel")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -21,6 +21,27 @@ from agents.security import PolicyError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 json_response = partial(web.json_response, dumps=dumps)
+
+
+async def stream_lines(
+    request: web.Request, first: bytes, lines: AsyncGenerator[bytes, None]
+) -> web.StreamResponse:
+    """``first`` and then ``lines`` as NDJSON, as they come; a follower that goes away
+    ends only its stream (what it follows goes on, and it can come back for the rest)."""
+    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await response.prepare(request)
+    try:
+        await response.write(first)
+        async for line in lines:
+            await response.write(line)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass
+    finally:
+        await lines.aclose()
+    return response
+
+
 """Every answer in standard JSON (see agents.protocol.dumps)."""
 AUDIT_DETAILS = web.RequestKey("audit_details", dict[str, Any])
 """What a control handler learnt for the audit record (the deployment it started...)."""
