@@ -55,15 +55,26 @@ async def wait_for_action(pilot: Pilot[Any], text: str, what: str, timeout_s: fl
     await wait_until(pilot, lambda: text in text_of(pilot, "#action-status"), what, timeout_s)
 
 
-async def run_smoke_load(pilot: Pilot[Any], key: str, load_from: str | None = None) -> None:
+async def run_smoke_load(
+    pilot: Pilot[Any],
+    key: str,
+    load_from: str | None = None,
+    started: Callable[[], object] | None = None,
+) -> None:
     """On the Load screen: the smoke profile against target ``key`` (generated where
-    ``load_from`` says: "node" or "here"; else the screen's default), until it is saved."""
-    screen = pilot.app.screen
+    ``load_from`` says: "node" or "here"; else the screen's default), until it is saved.
+    ``started``: a reading asserted falsy the moment the run starts (before any event)."""
+    screen: Any = pilot.app.screen
     screen.query_one("#target", Select).value = key
     screen.query_one("#profile", Select).value = "smoke"
     if load_from is not None:
         screen.query_one("#load-from", Select).value = load_from
-    await pilot.click("#run")
+    await pilot.pause()
+    if started is not None:
+        screen.action_run()  # the press itself, read before the run can report anything
+        assert not started(), started()
+    else:
+        await pilot.click("#run")
     await wait_until(
         pilot,
         lambda: "finished and saved" in text_of(pilot, "#load-status"),

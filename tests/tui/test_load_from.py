@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.widgets import ProgressBar
+
 from tests.tui.driving import live_app, run_smoke_load
 from tests.tui.helpers import text_of, wait_until
 
@@ -24,7 +26,9 @@ async def test_the_load_screen_loads_from_the_node_by_default_and_from_here_when
         await run_smoke_load(pilot, key)  # the default: from the node
         from_node = text_of(pilot, "#load-path")
         (first,) = store.list_runs()
-        await run_smoke_load(pilot, key, "here")
+        bar = app.screen.query_one("#load-progress", ProgressBar)
+        assert bar.percentage == 1.0  # the first run, whole
+        await run_smoke_load(pilot, key, "here", started=lambda: bar.percentage)
         from_here = text_of(pilot, "#load-path")
         (second,) = [r for r in store.list_runs() if r.run_id != first.run_id]
         node_runs = await live.client.loads()

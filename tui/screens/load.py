@@ -237,6 +237,7 @@ class LoadScreen(BaseScreen):
         self._tps.clear()
         self._levels.clear()
         self._failures.clear()
+        self.query_one("#load-progress", ProgressBar).update(progress=0)  # this run's own
         self.query_one("#load-failures", Static).display = False
         self._summaries.clear()
         self._planned = prof.level_count
