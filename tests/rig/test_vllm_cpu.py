@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from pathlib import Path
 
 import pytest
@@ -178,11 +179,14 @@ def test_a_full_kv_cache_on_the_real_engine_raises_the_alert_and_clears_after_th
     """The control plane's alert rules over the node's real frames: vLLM's 20-block cache
     fills under the 8-stream sweep and empties in the light shared-prefix load after it.
     The hold-down is 0.2 s here (30 s by default: this sweep keeps the cache full for a
-    few frames, not half a minute) and the threshold 80 % of the fill the frames reached,
-    which must itself be well filled."""
-    peak = max(f.engines[0].kv_cache_usage or 0.0 for f in scenario.vllm_node_frames)
-    assert peak >= 0.5, peak  # the sweep filled it (the telemetry test checks how far)
-    hold = {"hold_s": 0.2, "threshold": round(0.8 * peak, 3)}
+    few frames, not half a minute) and the threshold 80 % of the fill two frames in a row
+    reached, in a sweep that filled it well."""
+    fills = [f.engines[0].kv_cache_usage or 0.0 for f in scenario.vllm_node_frames]
+    assert max(fills) >= 0.5, fills  # the sweep filled it (the telemetry test checks how far)
+    # the fill two frames in a row reached (a hold-down needs it to last: on a busy machine
+    # the peak can be one frame's)
+    held = max(min(a, b) for a, b in itertools.pairwise(fills))
+    hold = {"hold_s": 0.2, "threshold": round(0.8 * held, 3)}
     config = parse_alert_config({"rules": {"kv_cache_full": hold}})
     rules, engine = FrameRules(config), AlertEngine(config)
     changes = [

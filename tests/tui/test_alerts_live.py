@@ -44,6 +44,7 @@ class AgentProcess:
         self.tmp = tmp
         self.rig = rig
         (tmp / "tok").write_text(TOKEN)
+        (tmp / "tok").chmod(0o600)  # the agent refuses a token file others can read
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:

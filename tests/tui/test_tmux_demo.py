@@ -87,7 +87,8 @@ def test_demo_every_screen_by_key(tmux: Tmux, tmp_path: Path) -> None:
     )
     screen = tmux.wait_for("1 Fleet", "h200-demo", "replayed H200", "SIMULATED")
     assert "GPUs" in screen and "Engines" in screen
-    tmux.wait_for("vllm SIM", "trtllm SIM", "healthy")
+    # the engine table's Health and Runtime columns: simulated engines, up
+    tmux.wait_for("vllm", "trtllm", "healthy    sim")
 
     tmux.keys("2")
     tmux.wait_for("Node h200-demo", "GPU util %", "power W")

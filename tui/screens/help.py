@@ -19,7 +19,8 @@ from tui.keys import bindings_of
 TITLE = "[b]infer-top[/b] — keys (as in nvitop / k9s)"
 NOTES = (
     "Values a device or engine does not report are shown as n/a, never 0.\n"
-    'Engines marked SIM are simulated; replayed GPU telemetry says "replay".'
+    'Simulated engines run on the "sim" runtime (SIM beside their kind in targets and\n'
+    'history); replayed GPU telemetry says "replay".'
 )
 
 Section = tuple[str, tuple[Binding, ...]]
