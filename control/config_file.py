@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from alerts import AlertConfig, Severity
 from alerts.config import DEFAULT_HOOK_TIMEOUT_S, DEFAULT_RULES, HookConfig, RuleConfig
 from control.config import DEFAULT_REFRESH_S, Config, NodeConfig
+from control.cost import Prices
 from store import default_db_path
 
 MASK = "***"
@@ -97,6 +98,34 @@ def _ui(refresh_s: float) -> str:
     )
 
 
+COST_EXAMPLE = """\
+# --- Prices, for cost per million tokens in reports and comparisons (control.cost).
+#
+# [cost]
+# currency = "EUR"
+# kwh = 0.30                        # price per kWh of GPU energy
+# [cost.gpu_hourly]                 # per GPU of that model, per hour
+# H100 = 2.50
+# [cost.nodes]                      # the whole node per hour, or its GPU model's name
+# h100-a = 19.90
+# h100-b = "H100"                  # 2.50 x the GPUs its engine uses
+"""
+
+PROFILES_EXAMPLE = """\
+# --- Load profiles the Load screen offers beside smoke / sweep / seed-h100 (e edits and saves
+# them here; control.load_profiles). concurrency = [...] or rate = [...] (requests/s).
+#
+# [load.profiles.long-prompts]
+# concurrency = [1, 4, 16]
+# requests = 64
+# input_len = 2048
+# output_len = 256
+# warmup = 4
+# timeout_s = 600
+# slo = "ttft=2s,tpot=50ms"
+"""
+
+
 def template_text() -> str:
     """The file ``config init`` writes: every setting with its default and a comment."""
     rules = "\n".join(_rule(name, rule, doc=True) for name, rule in DEFAULT_RULES.items())
@@ -115,6 +144,10 @@ def template_text() -> str:
                 "# it was gone as long; threshold and window_s in the unit its comment says.",
                 rules,
                 HOOKS_EXAMPLE,
+                "",
+                COST_EXAMPLE,
+                "",
+                PROFILES_EXAMPLE,
             ]
         )
         + "\n"
@@ -207,4 +240,19 @@ def effective_text(config: Config, searched: Path) -> str:
     if os.environ.get("INFER_TOP_DB"):
         store += "   # from $INFER_TOP_DB, which wins over the file"
     parts += [_ui(config.refresh_s), store + "\n"]
-    return "\n".join(parts + _alerts(config.alerts))
+    extra = [_cost(config.prices)] if config.prices.configured else []
+    extra += [profile.toml() for profile in config.load_profiles]
+    return "\n".join(parts + _alerts(config.alerts) + extra)
+
+
+def _cost(prices: Prices) -> str:
+    lines = ["[cost]", f"currency = {toml_value(prices.currency)}"]
+    if prices.kwh is not None:
+        lines.append(f"kwh = {toml_value(prices.kwh)}")
+    if prices.gpu_hourly:
+        lines += ["[cost.gpu_hourly]"]
+        lines += [f"{toml_value(k)} = {toml_value(v)}" for k, v in prices.gpu_hourly.items()]
+    nodes = {**prices.node_gpu, **prices.node_hourly}
+    if nodes:
+        lines += ["[cost.nodes]"] + [f"{toml_value(k)} = {toml_value(v)}" for k, v in nodes.items()]
+    return "\n".join(lines) + "\n"

@@ -61,8 +61,9 @@ exit status: 0 done; 1 failed (pull: no room on the node, or it failed once begu
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "models",
-        help="the models each node holds; remove one by name",
-        description="Models on the nodes, as their agents read them from the files.",
+        help="the models each node holds; pull one from the hub, remove one by name",
+        description="Models on the nodes, as their agents read them from the files; fetched\n"
+        "into a node's cache through its agent (pull), or removed by name (rm).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -15,6 +15,7 @@ import pytest
 from alerts import AlertConfig
 from alerts.config import DEFAULT_RULES
 from control.config import Config, load_config, parse_config
+from control.config_file import COST_EXAMPLE, PROFILES_EXAMPLE
 from tui.cli import main
 
 ROOT = Path(__file__).parents[2]
@@ -41,6 +42,12 @@ def _infer_top(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _uncommented(block: str) -> str:
+    """An example block's settings: its lines after the first bare ``#``, uncommented."""
+    lines = block.splitlines()
+    return "\n".join(line.removeprefix("# ") for line in lines[lines.index("#") + 1 :])
+
+
 def test_config_init_writes_an_owner_only_commented_file_that_reads_back_as_the_defaults(
     xdg: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -55,6 +62,13 @@ def test_config_init_writes_an_owner_only_commented_file_that_reads_back_as_the_
         assert f"# {key} = " in text or f"# # {key} = " in text, key
     assert "[ui]\nrefresh_s = 0.125" in text and "[store]\n# path = " in text
     assert "[alerts.hooks.critical]" in text and "# webhook = " in text
+    # the commented [cost] and [load.profiles] examples are settings that parse as written
+    examples = [COST_EXAMPLE, PROFILES_EXAMPLE]
+    assert all(block in text for block in examples)
+    uncommented = parse_config("\n".join(_uncommented(block) for block in examples))
+    assert uncommented.prices.node_hourly == {"h100-a": 19.9}
+    assert uncommented.prices.node_gpu == {"h100-b": "H100"}
+    assert [p.name for p in uncommented.load_profiles] == ["long-prompts"]
 
     config = load_config()
     assert config.source == xdg
@@ -97,6 +111,9 @@ def test_config_show_prints_the_config_in_force_its_file_and_masks_secrets(
         'webhook = "https://chat.example/hooks/T0123/SECRETPATH?key=SECRETQUERY"\n'
         "[alerts.hooks.critical]\n"
         'command = ["/usr/local/bin/page", "--token", "SECRETARG", "--api-key=SECRETKEY"]\n'
+        '[cost]\ncurrency = "EUR"\nkwh = 0.3\n[cost.gpu_hourly]\nH100 = 2.5\n'
+        '[cost.nodes]\nh100-a = 19.9\nh100-b = "H100"\n'
+        "[load.profiles.long-prompts]\nconcurrency = [1, 4]\ninput_len = 2048\n"
     )
     config_file.chmod(0o600)
     done = _infer_top("config", "show", "--config", str(config_file))
@@ -112,6 +129,8 @@ def test_config_show_prints_the_config_in_force_its_file_and_masks_secrets(
     assert shown.db_path == read.db_path and shown.refresh_s == read.refresh_s
     assert shown.alerts.rules == read.alerts.rules  # every rule, defaults included
     assert shown.alerts.rule("kv_cache_full").threshold == 0.8
+    assert shown.prices == read.prices and shown.prices.kwh == 0.3
+    assert shown.load_profiles == read.load_profiles and read.load_profiles[0].input_len == 2048
     assert "[alerts.rules.gpu_temperature]" in out  # a default is shown too
 
     config_file.chmod(0o644)
