@@ -11,9 +11,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from agents.embedded import embedded_agent
 from agents.hub_pull import worker_env
 from agents.protocol import ModelPull
 from control.model_fetch import follow
+from tests import disks
 from tests.hub_standin import HubRepo, HubStandin, serve_hub
 from tests.local_models import rig_hf_model
 from tests.ports import free_port
@@ -195,22 +195,6 @@ async def test_a_connection_dropped_mid_file_resumes_with_a_range_request(
         assert hub.sent_bytes < len(weights) + HF_CHUNK_BYTES
 
 
-@contextlib.contextmanager
-def small_disk(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"a small tmpfs could not be mounted (needs root): {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-
-
 async def test_a_disk_too_small_is_refused_before_any_byte_is_fetched(
     make_config: Callable[..., AgentConfig],
     tmp_path: Path,
@@ -219,7 +203,7 @@ async def test_a_disk_too_small_is_refused_before_any_byte_is_fetched(
 ) -> None:
     files = {"config.json": b"{}", "model.safetensors": b"\1" * (3 * 1024 * 1024)}
     hub = HubStandin({"org/too-big": HubRepo(files)})
-    with small_disk(tmp_path / "disk", "2m") as disk:
+    with disks.small_disk(tmp_path / "disk", "2m") as disk:
         async with pulling_agent(make_config, hub, disk, monkeypatch) as (url, _):
             cfg = str(write_node_config(tmp_path / "c.toml", url, tmp_path / "token"))
             code, _, err = await cli(capsys, "models", "pull", "org/too-big", "--config", cfg)

@@ -15,31 +15,17 @@ from typing import Any
 import pytest
 
 from store import open_store
-from tests.conftest import IN_CI
+from tests import disks
 from tests.loadgen.conftest import ROOT, infer_top_argv
 
 FAST = ("--ttft-ms", "2", "--ttft-spread-ms", "0", "--itl-ms", "1")
 
 
-def _mount(*argv: str) -> None:
-    subprocess.run(["mount", *argv], check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1.5 MiB tmpfs: the store's file and WAL fill it after about a hundred records."""
-    if os.geteuid() != 0:
-        reason = "mounting a tmpfs needs root (CI and the rig run as root)"
-        if IN_CI:
-            pytest.fail(f"CI=true and the disk-full test cannot run: {reason}", pytrace=False)
-        pytest.skip(reason)
-    path = tmp_path / "disk"
-    path.mkdir()
-    _mount("-t", "tmpfs", "-o", "size=1536k,mode=0700", "tmpfs", str(path))
-    try:
+    with disks.small_disk(tmp_path / "disk", "1536k") as path:
         yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 def test_a_full_disk_mid_run_is_said_once_and_keeps_every_record_written(
@@ -60,7 +46,7 @@ def test_a_full_disk_mid_run_is_said_once_and_keeps_every_record_written(
     assert "saved to the store" not in err
     assert "is only partly in the store" in err
 
-    _mount("-o", "remount,size=64m", str(small_disk))  # space comes back
+    disks.mount("-o", "remount,size=64m", str(small_disk))  # space comes back
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
