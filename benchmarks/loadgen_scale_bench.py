@@ -63,9 +63,10 @@ class StepServer:
     """benchmarks/step_server.py in a process of its own."""
 
     def __init__(self, step_ms: float) -> None:
-        server = Path(__file__).with_name("step_server.py")
-        cmd = [sys.executable, str(server), "--port", "0", "--step-ms", str(step_ms)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        cmd = [sys.executable, "-m", "benchmarks.step_server", "--port", "0"]
+        cmd += ["--step-ms", str(step_ms)]
+        root = Path(__file__).resolve().parents[1]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=root)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):

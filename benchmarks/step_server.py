@@ -1,9 +1,9 @@
 """An OpenAI-compatible streaming server that decodes in lock-step, as a batching engine
 does: every ``--step-ms`` one token goes to every open stream at once.
 
-Run as its own process (``python benchmarks/step_server.py --port 0``; it prints
-``PORT <n>``).  It offers exactly (open streams × 1000 / step_ms) tokens per second and
-spends little CPU doing so (one timer per step, pre-encoded chunks), so a client that
+Run as its own process from the repository root (``python -m benchmarks.step_server --port
+0``; it prints ``PORT <n>``).  It offers exactly (open streams × 1000 / step_ms) tokens
+per second and spends little CPU doing so (one timer per step, pre-encoded chunks), so a client that
 receives less is the client's limit, not the server's.  ``GET /_stats`` says how many
 chunks it wrote and how many steps ran late (a server starved of CPU would show there).
 Plain HTTP/1.1 with keep-alive, chunked SSE, llama.cpp-like usage chunk at the end.
@@ -18,19 +18,13 @@ import socket
 import time
 from typing import Any
 
-HEAD_END = b"\r\n\r\n"
-
-
-def _event(obj: dict[str, Any] | str) -> bytes:
-    data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
-    payload = b"data: " + data.encode() + b"\n\n"
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
+from tests.loadgen.sched_server import HEAD_END, sse_event
 
 
 def _chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
     choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
     obj = {"id": "chatcmpl-step", "object": "chat.completion.chunk", "choices": choices}
-    return _event({**obj, **extra})
+    return sse_event({**obj, **extra})
 
 
 STREAM_HEAD = (
@@ -83,7 +77,7 @@ class Server:
                 continue
             usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.tokens}
             t.write(
-                TOKEN + _chunk({}, "length") + _chunk(None, usage=usage) + _event("[DONE]")
+                TOKEN + _chunk({}, "length") + _chunk(None, usage=usage) + sse_event("[DONE]")
                 + b"0\r\n\r\n"
             )  # fmt: skip
             s.conn.done()

@@ -40,7 +40,7 @@ PERF = time.perf_counter
 HEAD_END = b"\r\n\r\n"
 
 
-def _event(obj: dict[str, Any] | str) -> bytes:
+def sse_event(obj: dict[str, Any] | str) -> bytes:
     data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
     payload = b"data: " + data.encode() + b"\n\n"
     return b"%x\r\n%s\r\n" % (len(payload), payload)
@@ -52,13 +52,13 @@ def _chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any
         [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
     )
     obj.update(extra)
-    return _event(obj)
+    return sse_event(obj)
 
 
 def _text_chunk(text: str, finish: str | None = None) -> bytes:
     """A ``/v1/completions`` chunk: text, not a delta."""
     choice = {"index": 0, "text": text, "finish_reason": finish}
-    return _event({"id": "cmpl-sched", "object": "text_completion", "choices": [choice]})
+    return sse_event({"id": "cmpl-sched", "object": "text_completion", "choices": [choice]})
 
 
 def _content(chat: bool, text: str) -> bytes:
@@ -246,7 +246,7 @@ class Conn(asyncio.Protocol):
         finish = _chunk({}, "length") if entry["chat"] else _text_chunk("", "length")
         if not self.server.args.no_usage:
             finish += _chunk(None, usage=usage, timings=timings)
-        t.write(finish + _event("[DONE]") + b"0\r\n\r\n")
+        t.write(finish + sse_event("[DONE]") + b"0\r\n\r\n")
         entry["usage"] = usage
         self._done()
 
