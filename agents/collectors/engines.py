@@ -81,10 +81,17 @@ class EngineScraper:
     def __init__(self, session: aiohttp.ClientSession, timeout_s: float = 2.0) -> None:
         self.session = session
         self.timeout_s = timeout_s
+        """How long a frame waits for an engine's page."""
+        self.page_timeout_s = max(4 * timeout_s, 2.0)
+        """How long a page may take before the scrape gives it up: longer than a frame
+        waits, so a page slower than that still arrives, for the next frame."""
         self._last: dict[str, _Counters] = {}
         self._inflight: dict[str, asyncio.Task[Scrape]] = {}
         """At most one scrape per engine: a parse still running in its thread is waited
         for again next interval rather than joined by another one."""
+        self._late: set[str] = set()
+        """Engines whose in-flight scrape a frame gave up waiting for: when it has ended
+        by the next frame, its page is the freshest there is and that frame takes it."""
         self.stats = ScrapeStats()
         """Each engine's scrape durations and errors, its latest latency histograms."""
 
@@ -92,9 +99,8 @@ class EngineScraper:
         limit_mib = MAX_PAYLOAD_BYTES // 2**20
         too_big = ScrapeError(f"GET {path}: the page is over {limit_mib} MiB (the most read)")
         try:
-            async with self.session.get(
-                url + path, timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=headers
-            ) as resp:
+            timeout = aiohttp.ClientTimeout(total=self.page_timeout_s)
+            async with self.session.get(url + path, timeout=timeout, headers=headers) as resp:
                 if resp.status != 200:
                     raise ScrapeError(f"GET {path} answered HTTP {resp.status}", resp.status)
                 if (resp.content_length or 0) > MAX_PAYLOAD_BYTES:
@@ -106,7 +112,7 @@ class EngineScraper:
                         raise too_big
                 return bytes(body)
         except TimeoutError:
-            raise ScrapeError(f"GET {path}: no answer within {self.timeout_s:g} s") from None
+            raise ScrapeError(f"GET {path}: no answer within {self.page_timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
             raise ScrapeError(f"GET {path}: {exc}") from None
 
@@ -116,19 +122,33 @@ class EngineScraper:
         if dep.url is None or not path:
             return Scrape()
         task = self._inflight.get(dep.id)
+        if task is not None and task.done() and dep.id in self._late:
+            # An engine busy enough to answer slower than the deadline (vLLM on a few
+            # CPU cores under load) is still read every other frame, not never: the
+            # page that came late is this frame's, and the next scrape starts now.
+            self._late.discard(dep.id)
+            self._start(dep, path, spec)
+            return task.result()
         if task is None or task.done():
-            scrape = self._scrape(dep, dep.url, path, spec)
-            task = asyncio.get_running_loop().create_task(scrape)
-            self._inflight[dep.id] = task
+            task = self._start(dep, path, spec)
         began = time.monotonic()
         try:
             result = await asyncio.wait_for(asyncio.shield(task), self.timeout_s)
         except TimeoutError:
+            self._late.add(dep.id)
             result = Scrape(error=f"no complete scrape within {self.timeout_s:g} s")
+        else:
+            self._late.discard(dep.id)
         # An engine still loading has no page yet: no fault, so no error counted.
         failed = result.error is not None and dep.state == "ready"
         self.stats.observe(dep.id, dep.kind, time.monotonic() - began, failed)
         return result
+
+    def _start(self, dep: Deployment, path: str, spec: ScrapeSpec) -> asyncio.Task[Scrape]:
+        assert dep.url is not None
+        task = asyncio.get_running_loop().create_task(self._scrape(dep, dep.url, path, spec))
+        self._inflight[dep.id] = task
+        return task
 
     async def _scrape(
         self, dep: Deployment, url: str, metrics_path: str, spec: ScrapeSpec
@@ -202,6 +222,7 @@ class EngineScraper:
     def forget(self, dep_id: str) -> None:
         self._last.pop(dep_id, None)
         self.stats.forget(dep_id)
+        self._late.discard(dep_id)
         task = self._inflight.pop(dep_id, None)
         if task is not None:
             task.cancel()
@@ -210,6 +231,7 @@ class EngineScraper:
         """End scrapes still in flight (their engines' pages are no one's concern now)."""
         tasks = list(self._inflight.values())
         self._inflight.clear()
+        self._late.clear()
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -3,6 +3,7 @@ rates; garbage or a dead engine become n/a, never 0 and never an exception."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -86,3 +87,40 @@ async def test_garbage_and_dead_engines_read_as_not_available(
     assert telemetry.kv_cache_usage is None and telemetry.requests_running is None
     assert telemetry.scrape_error == garbage.error
     assert telemetry.state == "ready"  # the engine's state is not guessed from one scrape
+
+
+async def test_a_page_slower_than_the_deadline_reaches_the_next_frame(
+    fixtures_dir: Path,
+) -> None:
+    """An engine busy enough to answer after the scrape deadline (vLLM's API server on
+    a loaded CPU box) must still show its numbers: the frame that gave up says so, and
+    the next one takes the page that came late instead of starting over and missing
+    again, frame after frame."""
+    page = (fixtures_dir / "llamacpp-live" / "metrics-under-load.txt").read_bytes()
+    answered = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.3)  # past the 0.1 s deadline below, every time
+        answered.set()
+        return web.Response(body=page, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    dep = dep_for(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    spec = get_spec("llamacpp")
+    try:
+        async with aiohttp.ClientSession() as http:
+            scraper = EngineScraper(http, timeout_s=0.1)
+            missed = await scraper.sample(dep, spec)
+            assert missed.sample is None and missed.error is not None
+            assert "no complete scrape within 0.1 s" in missed.error
+            await asyncio.wait_for(answered.wait(), 10)
+            late = await scraper.sample(dep, spec)  # the page that came late
+            assert late.error is None and late.sample is not None
+            assert (scraper.telemetry(dep, late).requests_running or 0) >= 1
+            await scraper.close()
+    finally:
+        await runner.cleanup()
