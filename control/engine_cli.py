@@ -147,6 +147,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _launch_arguments(p: argparse.ArgumentParser) -> None:
+    launch_field_arguments(p)
+    p.add_argument(
+        "--health-timeout",
+        type=duration_arg,
+        default=None,
+        help="how long the agent waits for health (default: the engine spec's), e.g. 30m",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def launch_field_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that name launch fields (``launch_fields`` reads them): shared with
+    ``infer-top k8s render``, which renders the same fields into manifests."""
     p.add_argument("--model", help="the model to serve (a simulator takes --set profile=NAME)")
     p.add_argument("--image", help="container image (must be allow-listed on the node)")
     p.add_argument("--max-num-seqs", type=int, help="concurrent sequences the engine runs")
@@ -165,13 +178,6 @@ def _launch_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FIELD=VALUE",
         help="any other launch field, VALUE as JSON where it parses: tensor_parallel=2",
     )
-    p.add_argument(
-        "--health-timeout",
-        type=duration_arg,
-        default=None,
-        help="how long the agent waits for health (default: the engine spec's), e.g. 30m",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _gpu_list(text: str) -> list[int]:

@@ -22,6 +22,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "control.engine_cli",  # engine
     "control.models_cli",  # models
     "control.node_cli",  # node
+    "control.k8s_cli",  # k8s
     "sim.cli",  # sim
     "store.cli",  # runs
     "control.compare_cli",  # compare
@@ -38,6 +39,7 @@ examples:
   infer-top engine ls --node h100-a --json
   infer-top models ls --node h100-a      the models the node holds, read from their files
   infer-top node add jetson --ssh jetson   install the agent on a lab node over ssh
+  infer-top k8s render vllm --model Qwen/Qwen2.5-7B-Instruct | kubectl apply -f -
   infer-top engine swap 3fa2c1d0e9 --node h100-a --kind vllm --model Qwen/Qwen2.5-7B-Instruct
   infer-top sim --profile h100-llama2-7b-vllm --port 8000
   infer-top runs list
