@@ -18,6 +18,7 @@ from agents.runtime import Deployment, RuntimeError_
 from agents.runtime.compose import ComposeRuntime
 from agents.runtime.state import StateStore
 from compose import compose_dir
+from control.k8s import gpu_kinds
 from engines.catalog import all_specs, env_file_text, get_spec
 from tests.compose.test_compose_engine_files import compose_cli
 from tui.cli import main
@@ -90,8 +91,8 @@ def compose_project(kind: str, fields: dict[str, Any], tmp_path: Path) -> dict[s
 
 
 def test_every_gpu_compose_file_is_rendered() -> None:
-    assert GPU_KINDS == [s.kind for s in all_specs()]  # all seven have an x86-64 GPU file
-    assert {"vllm", "sglang"} <= set(GPU_KINDS)
+    assert gpu_kinds() == tuple(GPU_KINDS)
+    assert {"vllm", "sglang", "tgi", "llamacpp", "ollama", "trtllm", "lmdeploy"} <= set(GPU_KINDS)
 
 
 @pytest.mark.parametrize("kind", GPU_KINDS)
@@ -247,7 +248,8 @@ def test_output_directory_holds_one_file_per_object(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "k8s"
-    assert main(["k8s", "render", "trtllm", "--model", "m", "--name", "trt", "-o", str(out)]) == 0
+    args = ["k8s", "render", "trtllm", "--model", "m", "--name", "trt", "--set", "port=80"]
+    assert main([*args, "-o", str(out)]) == 0
     assert capsys.readouterr().out == ""
     files = sorted(p.name for p in out.iterdir())
     assert files == [
@@ -259,6 +261,9 @@ def test_output_directory_holds_one_file_per_object(
     for path in out.iterdir():
         (doc,) = yaml.safe_load_all(path.read_text())
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    service = yaml.safe_load((out / "trt.service.yaml").read_text())
+    # clients reach the Service on the port asked for, the engine on its own
+    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http"}]
 
 
 def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
