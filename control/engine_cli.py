@@ -157,11 +157,14 @@ def _launch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def launch_field_arguments(p: argparse.ArgumentParser) -> None:
+def launch_field_arguments(p: argparse.ArgumentParser, *, on_node: bool = True) -> None:
     """The options that name launch fields (``launch_fields`` reads them): shared with
-    ``infer-top k8s render``, which renders the same fields into manifests."""
-    p.add_argument("--model", help="the model to serve (a simulator takes --set profile=NAME)")
-    p.add_argument("--image", help="container image (must be allow-listed on the node)")
+    ``infer-top k8s render`` (``on_node`` False), which renders the same fields into
+    manifests."""
+    simulator = " (a simulator takes --set profile=NAME)" if on_node else ""
+    p.add_argument("--model", help=f"the model to serve{simulator}")
+    image = "must be allow-listed on the node" if on_node else "default: the catalog's pinned tag"
+    p.add_argument("--image", help=f"container image ({image})")
     p.add_argument("--max-num-seqs", type=int, help="concurrent sequences the engine runs")
     p.add_argument("--context-len", type=int, help="context length per sequence")
     p.add_argument(

@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("kind", help=f"engine kind: {', '.join(gpu_kinds())}")
-    launch_field_arguments(r)
+    launch_field_arguments(r, on_node=False)
     r.add_argument("--name", help="name of the objects (default: infer-KIND)")
     r.add_argument("--namespace", help="namespace written into every object (default: none)")
     r.add_argument(
