@@ -176,7 +176,10 @@ def _environment(value: object, env: Mapping[str, str]) -> dict[str, str]:
 def _cache_target(volumes: object, document: dict[str, object], name: str) -> str:
     named = set(_mapping(document.get("volumes") or {}, f"{name}: volumes"))
     for volume in volumes if isinstance(volumes, list) else ():
-        source, _, target = str(volume).partition(":")
+        if isinstance(volume, dict):  # the long syntax
+            source, target = str(volume.get("source")), str(volume.get("target"))
+        else:  # SOURCE:TARGET[:MODE]
+            source, _, target = str(volume).partition(":")
         if source in named:
             return target.split(":", 1)[0]
     raise ComposeFileError(f"{name} mounts no named volume for the model cache")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from control.compose_service import ComposeFileError, interpolate
+from control.compose_service import ComposeFileError, interpolate, read_service
 from tests.compose.test_compose_engine_files import compose_cli
 
 ENV = {"SET": "value", "EMPTY": "", "ARGS": "--model 'My Model' --port 80"}
@@ -62,3 +62,39 @@ def test_malformed_expressions_are_errors() -> None:
     for bad in ("${SET", "${}", "${SET!x}"):
         with pytest.raises(ComposeFileError):
             interpolate(bad, ENV)
+
+
+def test_list_environment_and_long_volume_syntax_read_as_compose_reads_them(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "compose.yml").write_text(
+        "services:\n"
+        "  engine:\n"
+        "    image: ${IMAGE:-busybox:1}\n"
+        '    entrypoint: ["serve"]\n'
+        "    command: ${ARGS}\n"
+        '    environment: ["FIXED=1", "SET", "UNSET", "FROM=${SET}"]\n'
+        "    volumes:\n"
+        "      - type: volume\n"
+        "        source: cache\n"
+        "        target: /var/cache/models\n"
+        "volumes:\n"
+        "  cache: {}\n"
+    )
+    service = read_service(tmp_path / "compose.yml", ENV)
+    env_file = tmp_path / "vars.env"
+    env_file.write_text("".join(f'{k}="{v}"\n' for k, v in ENV.items()))
+    done = subprocess.run(
+        [*compose_cli(), "-f", "compose.yml", "--env-file", "vars.env", "-p", "read",
+         "config", "--format", "json"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", **ENV},  # pass-through entries read the environment
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    compose = json.loads(done.stdout)["services"]["engine"]
+    assert service.image == compose["image"] == "busybox:1"
+    assert list(service.command) == compose["command"] == ["--model", "My Model", "--port", "80"]
+    set_in_compose = {k: v for k, v in compose["environment"].items() if v is not None}
+    assert service.environment == set_in_compose == {"FIXED": "1", "SET": "value", "FROM": "value"}
+    assert service.cache_target == compose["volumes"][0]["target"] == "/var/cache/models"
+    assert service.ipc is None and service.configs == ()
