@@ -142,7 +142,7 @@ async def engines(request: web.Request) -> web.Response:
 
 
 async def engine(request: web.Request) -> web.Response:
-    dep = request.app[MANAGER].get(request.match_info["id"])
+    dep = request.app[MANAGER].lookup(request.match_info["id"])  # a Swarm service too
     return json_response(to_dict(dep.info()))
 
 

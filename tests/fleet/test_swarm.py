@@ -19,6 +19,7 @@ from agents.client import AgentClient, AgentError
 from agents.protocol import EngineInfo
 from tests.conftest import Rig
 from tests.fleet.conftest import write_config
+from tests.fleet.test_engine_cli import engine_cli, json_of
 from tests.loadgen.conftest import bench
 from tests.netns import PROBE, TestNode, network_nodes
 from tests.netns_docker import NodeDocker, load_image
@@ -112,14 +113,15 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
     a, b = swarm["a"], swarm["b"]
     manager = docker_of(a)
     manager.cli("node", "update", "--label-add", f"{POOL}=rig", "b")
-    launch = {"model": "/models/tiny.gguf", "max_num_seqs": 2, "context_len": 2048}
-    async with AgentClient(a.agent_url, a.token) as client:
-        deployed = await client.start(
-            "llamacpp", launch, runtime="swarm", options={"placement": {"label": f"{POOL}=rig"}}
-        )
-    assert deployed.state == "deployed", deployed.message
-    engine_id, port = deployed.id, deployed.port
-    assert port is not None
+    config = write_config(tmp_path / "config.toml", swarm)
+    done = engine_cli(
+        "start", "llamacpp", "--node", "a", "--runtime", "swarm", "--place-label", f"{POOL}=rig",
+        "--model", "/models/tiny.gguf", "--max-num-seqs", "2", "--context-len", "2048", "--json",
+        config=config,
+    )  # fmt: skip
+    deployed = json_of(done)["engine"]
+    assert deployed["state"] == "deployed", deployed["message"]
+    engine_id, port = str(deployed["id"]), int(deployed["port"])
     try:
         # Placed on b: b's agent lists it, it answers on b's loopback and not on a's.
         on_b = await healthy_on(b, engine_id)
@@ -138,7 +140,7 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         # A node-side load test through b's agent; its records reach SQLite here.
         db = tmp_path / "runs.db"
         code, _out, err = await bench(
-            "--config", str(write_config(tmp_path / "config.toml", swarm)),
+            "--config", str(config),
             "--node", "b", "--engine-id", engine_id, "--concurrency", "2", "--requests", "4",
             "--input-len", "16", "--output-len", "8", "--save", "--db", str(db),
             timeout_s=300,  # a bound on a hang: a busy 2-core box took 50 s
@@ -169,8 +171,7 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
 
         # Two replicas, one per node: both agents list theirs.
         manager.cli("node", "update", "--availability", "active", "b")
-        async with AgentClient(a.agent_url, a.token) as client:
-            await client.scale(engine_id, 2)
+        json_of(engine_cli("scale", engine_id, "2", "--node", "a", "--json", config=config))
         await healthy_on(b, engine_id)
         await healthy_on(a, engine_id)
     finally:
