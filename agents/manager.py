@@ -198,8 +198,12 @@ class EngineManager:
             self.deployments[task.id] = task
             self.emit("appeared", task.id, reason)
             self._in_background(task.id, self._gate(task))
-        elif action == "start" and dep is not None:
+        elif action == "start" and dep is not None and dep.state not in _RUNNING:
+            dep.state = "crashed"  # whatever ended its last task, this one replaces it
             self._restarted(task.id, reason)
+        elif action == "ending" and dep is not None and dep.state in _RUNNING:
+            # Swarm stops it (its "stop" follows): no crash, and no scraping meanwhile.
+            dep.state, dep.health, dep.message = "stopping", "unknown", reason
         elif action == "die":
             self._exited(task.id, reason, at, exit_code)
         elif action == "stop" and dep is not None and at >= dep.started_at:
@@ -233,13 +237,19 @@ class EngineManager:
 
     def lookup(self, dep_id: str) -> Deployment:
         """An engine listed here, else a service this agent deployed (Swarm) that runs
-        no task on this node: both can be stopped, scaled and swapped from here."""
+        no task on this node (what ``GET /v1/engines/{id}`` and logs show)."""
         if dep_id in self.deployments:
             return self.deployments[dep_id]
+        return self._controlled(dep_id)
+
+    def _controlled(self, dep_id: str) -> Deployment:
+        """What a stop, swap or scale acts on: a service this agent deployed, as its record
+        has it (placement and replicas too, which a node's task does not carry), else the
+        engine listed here."""
         for runtime in self.runtimes.values():
             if isinstance(runtime, TaskRuntime) and (dep := runtime.deployed(dep_id)):
                 return dep
-        return self.get(dep_id)  # the 404
+        return self.get(dep_id)  # the 404 where it is neither
 
     def runtime_for(self, dep: Deployment) -> Runtime:
         return self.runtimes[dep.runtime]
@@ -378,7 +388,7 @@ class EngineManager:
 
     async def scale(self, dep_id: str, replicas: int) -> Deployment:
         """Set how many replicas the orchestrator runs (Swarm services only)."""
-        dep = self.lookup(dep_id)
+        dep = self._controlled(dep_id)
         runtime = self.runtime_for(dep)
         if not isinstance(runtime, TaskRuntime):
             raise ManagerError(
@@ -457,7 +467,7 @@ class EngineManager:
     async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
         """Stop and remove the engine; its named volumes (model caches) stay unless
         ``remove_volumes`` names them, each exactly as the deployment lists them."""
-        dep = self.lookup(dep_id)
+        dep = self._controlled(dep_id)
         names = list(dict.fromkeys(remove_volumes))
         await self._check_volume_removal(dep, names)  # before anything is stopped
         starting = self._starting.get(dep_id)
@@ -553,7 +563,7 @@ class EngineManager:
     ) -> Deployment:
         """Stop the old engine, start the new one on the same GPUs and port; if the new
         one fails its health gate, bring the old configuration back."""
-        old = self.lookup(dep_id)
+        old = self._controlled(dep_id)
         new_kind = kind or old.kind
         launch = {**launch, "port": old.port, "gpu_ids": list(old.gpu_ids)}
         options = old.options if options is None else options  # keep the model mount

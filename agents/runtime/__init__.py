@@ -110,8 +110,9 @@ class ExitCallback(Protocol):
 
 class TaskCallback(Protocol):
     """A runtime whose engines an orchestrator places (Swarm) saw one of its tasks on this
-    node ``start``, ``die`` (crash: the orchestrator restarts it) or ``stop`` (ended by the
-    orchestrator: moved, scaled down or removed).  ``dep`` is built from the task's labels."""
+    node ``start``, ``die`` (crash: the orchestrator restarts it), ``ending`` (exiting on
+    the orchestrator's stop signal) or ``stop`` (ended by the orchestrator: moved, scaled
+    down or removed).  ``dep`` is built from the task's labels."""
 
     def __call__(
         self, action: str, dep: Deployment, reason: str, at: float, exit_code: int | None

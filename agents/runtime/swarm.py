@@ -247,7 +247,7 @@ class SwarmRuntime(ComposeRuntime):
                 decode=True,
                 filters={
                     "type": "container",
-                    "event": ["start", "die", "stop"],
+                    "event": ["start", "kill", "die", "stop"],
                     "label": [f"{LABEL_RUNTIME}=swarm"],
                 },
             )
@@ -256,6 +256,9 @@ class SwarmRuntime(ComposeRuntime):
             return None
 
         def pump() -> None:
+            # Containers sent their stop signal (Swarm stops a task with it, then SIGKILL
+            # after the grace period): their exit is an ending, not a crash.
+            stopping: set[str] = set()
             try:
                 for event in stream:
                     attrs = event.get("Actor", {}).get("Attributes", {})
@@ -263,16 +266,24 @@ class SwarmRuntime(ComposeRuntime):
                     if dep is None:
                         continue
                     at = float(event.get("timeNano", 0)) / 1e9 or time.time()
-                    action, name = event.get("Action"), attrs.get("name", "?")
+                    action, name = str(event.get("Action")), attrs.get("name", "?")
+                    container = str(event.get("Actor", {}).get("ID", ""))
                     code = attrs.get("exitCode")
                     exit_code = int(code) if str(code).lstrip("-").isdigit() else None
+                    if action == "kill":
+                        if attrs.get("signal") != "9" and len(stopping) < 1024:
+                            stopping.add(container)
+                        continue
                     if action == "start":
                         reason = f"Swarm started task {name} on node {self.node}"
+                    elif action == "die" and container in stopping:
+                        action, reason = "ending", f"Swarm is stopping task {name}"
                     elif action == "die":
                         reason = f"task {name} exited (code {code})"
                     else:  # "stop": Swarm ended it (drain, scale-down, update, removal)
+                        stopping.discard(container)
                         reason = f"Swarm stopped task {name} on node {self.node}"
-                    on_task(str(action), dep, reason, at, exit_code)
+                    on_task(action, dep, reason, at, exit_code)
             except Exception as exc:  # closed by unwatch, or the daemon went away
                 log.debug("docker events ended: %s", exc)
 

@@ -2,7 +2,8 @@
 network namespace with its own dockerd and agent.  The rig's llama-server is deployed as a
 Swarm service through a's agent and lands where its placement says; the agent of the node
 that runs the task lists it, serves a node-side load test from it, follows Swarm's
-restart of a killed task and the move of a drained one; it scales to a replica per node;
+restart of a killed task and the move of a drained one; it scales to a replica per node and
+a swap replaces both;
 a stop through the manager's agent removes the service and keeps the model cache."""
 
 from __future__ import annotations
@@ -158,22 +159,36 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         docker_of(b).cli("kill", container)
         await healthy_on(b, engine_id, after=killed_at)
         kinds = (await events_of(b, engine_id))[before:]
-        assert kinds[:2] == ["crashed", "restarted"], kinds
+        assert "crashed" in kinds and "restarted" in kinds[kinds.index("crashed") :], kinds
         assert task_containers(b, engine_id) != [container]
 
         # Drained: the task moves to a (labelled now), whose agent lists it; b's drops it.
         manager.cli("node", "update", "--label-add", f"{POOL}=rig", "a")
+        before = len(await events_of(b, engine_id))
         manager.cli("node", "update", "--availability", "drain", "b")
         await healthy_on(a, engine_id)
         await dropped_by(b, engine_id)
         assert answers_on_loopback(a, port) and not answers_on_loopback(b, port)
-        assert "task_gone" in await events_of(b, engine_id)
+        # Swarm's stop is no crash: b says the task is gone.
+        kinds = (await events_of(b, engine_id))[before:]
+        assert "task_gone" in kinds and "crashed" not in kinds, kinds
 
         # Two replicas, one per node: both agents list theirs.
         manager.cli("node", "update", "--availability", "active", "b")
         json_of(engine_cli("scale", engine_id, "2", "--node", "a", "--json", config=config))
         await healthy_on(b, engine_id)
         await healthy_on(a, engine_id)
+
+        # A swap redeploys the service: Swarm replaces both replicas, both agents follow.
+        swapped_at = time.time()
+        done = engine_cli(
+            "swap", engine_id, "--node", "a", "--model", "/models/tiny.gguf",
+            "--max-num-seqs", "1", "--context-len", "1024", "--json", config=config,
+        )  # fmt: skip
+        assert json_of(done)["engine"]["state"] == "deployed", done.stderr
+        for node in (a, b):
+            replica = await healthy_on(node, engine_id, after=swapped_at)
+            assert replica.config["max_num_seqs"] == 1, (node.name, replica.config)
     finally:
         async with AgentClient(a.agent_url, a.token) as client:
             stopped = await client.stop(engine_id)
