@@ -75,6 +75,22 @@ async def healthy_on(node: TestNode, engine_id: str, after: float = 0.0) -> Engi
     return found
 
 
+async def in_frame(node: TestNode, engine_id: str) -> bool:
+    """The node's telemetry frame (what the fleet screen draws) carries the engine."""
+    async with AgentClient(node.agent_url, node.token) as client:
+        frame = await client.snapshot()
+    return frame.node == node.name and engine_id in [e.id for e in frame.engines]
+
+
+async def framed_by(node: TestNode, engine_id: str) -> None:
+    await apoll_until(
+        lambda: in_frame(node, engine_id),
+        f"engine {engine_id} in node {node.name}'s telemetry",
+        timeout_s=SETTLE_S,
+        every_s=0.5,
+    )
+
+
 async def events_of(node: TestNode, engine_id: str) -> list[str]:
     """The kinds of the engine's events in ``node``'s agent's backlog, oldest first."""
     headers = {"Authorization": f"Bearer {node.token}"}
@@ -128,6 +144,8 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         on_b = await healthy_on(b, engine_id)
         assert on_b.runtime == "swarm" and on_b.config["model"] == "/models/tiny.gguf"
         assert await listed(a, engine_id) is None
+        await framed_by(b, engine_id)
+        assert not await in_frame(a, engine_id)
         assert answers_on_loopback(b, port) and not answers_on_loopback(a, port)
 
         # b is a worker: its agent reads the replica's logs, and says where to stop it.
@@ -167,6 +185,7 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         before = len(await events_of(b, engine_id))
         manager.cli("node", "update", "--availability", "drain", "b")
         await healthy_on(a, engine_id)
+        await framed_by(a, engine_id)
         await dropped_by(b, engine_id)
         assert answers_on_loopback(a, port) and not answers_on_loopback(b, port)
         # Swarm's stop is no crash: b says the task is gone.
