@@ -239,6 +239,16 @@ class AgentClient:
         )
         return engine_info_from_dict(data)
 
+    async def scale(self, engine_id: str, replicas: int) -> EngineInfo:
+        """Set a Swarm service's replica count (through the agent that deployed it)."""
+        data = await self._request(
+            "POST",
+            f"/v1/engines/{engine_id}/scale",
+            json_body={"replicas": replicas},
+            client_timeout=aiohttp.ClientTimeout(total=180),
+        )
+        return engine_info_from_dict(data)
+
     async def swap(
         self,
         engine_id: str,

@@ -25,7 +25,7 @@ from agents.kv_check import kv_capacity_check
 from agents.model_pull import model_ready
 from agents.model_store import engine_model_files
 from agents.protocol import AgentEvent
-from agents.runtime import Deployment, Runtime, RuntimeError_, VolumeRuntime
+from agents.runtime import Deployment, Runtime, RuntimeError_, TaskRuntime, VolumeRuntime
 from agents.security import check_start_request
 from agents.start_gate import checked_health_timeout, health_gate
 from telemetry import EngineTelemetry
@@ -33,6 +33,8 @@ from telemetry import EngineTelemetry
 log = logging.getLogger(__name__)
 
 _RUNNING = ("starting", "loading", "ready")
+KEPT_OPTIONS = ("model_dir", "placement", "replicas")
+"""Start options a deployment keeps (its runtime reads them; a swap keeps them too)."""
 
 
 class ManagerError(Exception):
@@ -132,6 +134,10 @@ class EngineManager:
             unwatch = runtime.watch(self._exited_threadsafe)
             if unwatch is not None:
                 self._unwatch.append(unwatch)
+            if isinstance(runtime, TaskRuntime):
+                unwatch = runtime.watch_tasks(self._task_threadsafe)
+                if unwatch is not None:
+                    self._unwatch.append(unwatch)
         self.health_watch.start()
 
     async def close(self) -> None:
@@ -175,6 +181,36 @@ class EngineManager:
         self.emit("restarted", dep_id, reason)
         self._in_background(dep_id, self._gate(dep))
 
+    def _task_threadsafe(
+        self, action: str, dep: Deployment, reason: str, at: float, exit_code: int | None
+    ) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._task, action, dep, reason, at, exit_code)
+
+    def _task(
+        self, action: str, task: Deployment, reason: str, at: float, exit_code: int | None
+    ) -> None:
+        """An orchestrator's task on this node started, crashed or was ended by it: the
+        node lists the task while it runs here, and follows its restarts."""
+        dep = self.deployments.get(task.id)
+        if action == "start" and dep is None:
+            task.message = reason
+            self.deployments[task.id] = task
+            self.emit("appeared", task.id, reason)
+            self._in_background(task.id, self._gate(task))
+        elif action == "start" and dep is not None and dep.state not in _RUNNING:
+            dep.state = "crashed"  # whatever ended its last task, this one replaces it
+            self._restarted(task.id, reason)
+        elif action == "ending" and dep is not None and dep.state in _RUNNING:
+            # Swarm stops it (its "stop" follows): no crash, and no scraping meanwhile.
+            dep.state, dep.health, dep.message = "stopping", "unknown", reason
+        elif action == "die":
+            self._exited(task.id, reason, at, exit_code)
+        elif action == "stop" and dep is not None and at >= dep.started_at:
+            self.deployments.pop(task.id, None)
+            self.scraper.forget(task.id)
+            self.emit("task_gone", task.id, reason)
+
     def _in_background(self, dep_id: str, start_up: Coroutine[Any, Any, bool]) -> None:
         task = asyncio.get_running_loop().create_task(start_up)
         self._starting[dep_id] = task  # a reference until done, and for stop() to cancel
@@ -198,6 +234,22 @@ class EngineManager:
             return self.deployments[dep_id]
         except KeyError:
             raise ManagerError(404, f"no engine {dep_id!r} on this agent") from None
+
+    def lookup(self, dep_id: str) -> Deployment:
+        """An engine listed here, else a service this agent deployed (Swarm) that runs
+        no task on this node (what ``GET /v1/engines/{id}`` and logs show)."""
+        if dep_id in self.deployments:
+            return self.deployments[dep_id]
+        return self._controlled(dep_id)
+
+    def _controlled(self, dep_id: str) -> Deployment:
+        """What a stop, swap or scale acts on: a service this agent deployed, as its record
+        has it (placement and replicas too, which a node's task does not carry), else the
+        engine listed here."""
+        for runtime in self.runtimes.values():
+            if isinstance(runtime, TaskRuntime) and (dep := runtime.deployed(dep_id)):
+                return dep
+        return self.get(dep_id)  # the 404 where it is neither
 
     def runtime_for(self, dep: Deployment) -> Runtime:
         return self.runtimes[dep.runtime]
@@ -285,7 +337,7 @@ class EngineManager:
             gpu_ids=gpu_ids,
             port=port,
             simulated=runtime_name == "sim",
-            options={k: v for k, v in options.items() if k == "model_dir"},
+            options={k: v for k, v in options.items() if k in KEPT_OPTIONS},
             start_timeout_s=health_timeout_s or get_spec(kind).start_timeout_s,
         )
         try:  # what the runtime would refuse, before a record exists or a swap stops anything
@@ -306,6 +358,8 @@ class EngineManager:
         health_timeout_s: float | None = None,
     ) -> Deployment:
         dep = self.prepare(kind, launch, gpus, options or {}, runtime, health_timeout_s)
+        if getattr(self.runtime_for(dep), "deploys_services", False):
+            return await self._deploy(dep)
         self.deployments[dep.id] = dep
         lock = self._locks[dep.id] = asyncio.Lock()
 
@@ -317,6 +371,34 @@ class EngineManager:
             await bring_up()
         else:
             self._in_background(dep.id, bring_up())
+        return dep
+
+    async def _deploy(self, dep: Deployment) -> Deployment:
+        """Hand the engine to its orchestrator (Swarm): it places the replicas, and the
+        agents of the nodes it picks list and health-gate them.  Not listed here."""
+        self.emit("deploying", dep.id, f"{dep.kind} on port {dep.port}")
+        try:
+            await self.runtime_for(dep).start(dep)
+        except RuntimeError_ as exc:
+            self.emit("failed", dep.id, str(exc))
+            raise ManagerError(502, f"{dep.kind} {dep.id} was not deployed: {exc}") from exc
+        dep.state, dep.health = "deployed", "unknown"
+        self.emit("deployed", dep.id, dep.message or "")
+        return dep
+
+    async def scale(self, dep_id: str, replicas: int) -> Deployment:
+        """Set how many replicas the orchestrator runs (Swarm services only)."""
+        dep = self._controlled(dep_id)
+        runtime = self.runtime_for(dep)
+        if not isinstance(runtime, TaskRuntime):
+            raise ManagerError(
+                400, f"engine {dep_id} runs on runtime {dep.runtime}: only Swarm services scale"
+            )
+        try:
+            await runtime.scale(dep, replicas)
+        except RuntimeError_ as exc:
+            raise ManagerError(502, f"engine {dep_id} was not scaled: {exc}") from exc
+        self.emit("scaled", dep_id, f"{replicas} replica(s)")
         return dep
 
     async def _bring_up(self, dep: Deployment) -> bool:
@@ -385,7 +467,7 @@ class EngineManager:
     async def stop(self, dep_id: str, remove_volumes: Sequence[str] = ()) -> Deployment:
         """Stop and remove the engine; its named volumes (model caches) stay unless
         ``remove_volumes`` names them, each exactly as the deployment lists them."""
-        dep = self.get(dep_id)
+        dep = self._controlled(dep_id)
         names = list(dict.fromkeys(remove_volumes))
         await self._check_volume_removal(dep, names)  # before anything is stopped
         starting = self._starting.get(dep_id)
@@ -481,13 +563,20 @@ class EngineManager:
     ) -> Deployment:
         """Stop the old engine, start the new one on the same GPUs and port; if the new
         one fails its health gate, bring the old configuration back."""
-        old = self.get(dep_id)
+        old = self._controlled(dep_id)
         new_kind = kind or old.kind
         launch = {**launch, "port": old.port, "gpu_ids": list(old.gpu_ids)}
         options = old.options if options is None else options  # keep the model mount
         candidate = self.prepare(
             new_kind, launch, list(old.gpu_ids), options, old.runtime, health_timeout_s
         )
+        if getattr(self.runtime_for(old), "deploys_services", False):
+            # The orchestrator replaces each task in place (stop first: one port per
+            # node); the nodes' agents health-gate the new ones as they appear.
+            candidate.id = old.id
+            swapped = await self._deploy(candidate)
+            self.emit("swapped", dep_id, f"now {swapped.kind} {swapped.model}; redeployed")
+            return swapped
         async with self._locks.setdefault(dep_id, asyncio.Lock()):
             previous = (old.kind, dict(old.config), dict(old.options), old.start_timeout_s)
             began = time.monotonic()
@@ -516,6 +605,6 @@ class EngineManager:
             raise ManagerError(502, old.message)
 
     async def logs(self, dep_id: str, tail: int, follow: bool) -> AsyncIterator[str]:
-        dep = self.get(dep_id)
+        dep = self.lookup(dep_id)
         async for line in self.runtime_for(dep).logs(dep, tail, follow):
             yield line

@@ -178,6 +178,12 @@ EVENT_KINDS = (
     "rolled_back",
     "adopted",
     "failed",
+    # Swarm: deployed or scaled by a manager; a task that appeared on or left this node
+    "deploying",
+    "deployed",
+    "scaled",
+    "appeared",
+    "task_gone",
 )
 
 

@@ -142,7 +142,7 @@ async def engines(request: web.Request) -> web.Response:
 
 
 async def engine(request: web.Request) -> web.Response:
-    dep = request.app[MANAGER].get(request.match_info["id"])
+    dep = request.app[MANAGER].lookup(request.match_info["id"])  # a Swarm service too
     return json_response(to_dict(dep.info()))
 
 
@@ -163,6 +163,7 @@ START_FIELDS: dict[str, type] = {
     "health_timeout_s": object,  # seconds, bounds checked by the manager
 }
 STOP_FIELDS: dict[str, type] = {"remove_volumes": list}
+SCALE_FIELDS: dict[str, type] = {"replicas": int}
 SWAP_FIELDS: dict[str, type] = {
     "config": dict,
     "kind": str,
@@ -244,7 +245,7 @@ async def start(request: web.Request) -> web.StreamResponse:
         health_timeout_s=body.get("health_timeout_s"),
     )
     request[AUDIT_DETAILS] = {"engine": dep.id}
-    if dep.state in ("ready", "starting", "loading"):
+    if dep.state in ("ready", "starting", "loading", "deployed"):  # deployed: on Swarm
         return json_response(to_dict(dep.info()), status=201)
     # Kept in the engine list (state crashed, with the reason) until stopped.
     error = f"{dep.kind} {dep.id} did not start: {dep.message}"
@@ -278,10 +279,20 @@ async def swap(request: web.Request) -> web.StreamResponse:
     return json_response(to_dict(dep.info()))
 
 
+@audited("scale")
+async def scale(request: web.Request) -> web.StreamResponse:
+    """How many replicas a Swarm service runs: ``{"replicas": N}`` (0 keeps the service)."""
+    body = await read_body(request, SCALE_FIELDS)
+    if "replicas" not in body:
+        raise ManagerError(400, 'a scale request needs "replicas" (a whole number)')
+    dep = await request.app[MANAGER].scale(request.match_info["id"], body["replicas"])
+    return json_response(to_dict(dep.info()))
+
+
 async def logs(request: web.Request) -> web.StreamResponse:
     manager = request.app[MANAGER]
     dep_id = request.match_info["id"]
-    manager.get(dep_id)  # 404 before the stream starts
+    manager.lookup(dep_id)  # 404 before the stream starts
     tail = max(0, int(request.query.get("tail", "100")))
     follow = request.query.get("follow", "0").lower() in ("1", "true", "yes")
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
@@ -323,6 +334,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/engines/{id}", engine)
     app.router.add_post("/v1/engines/{id}/stop", stop)
     app.router.add_post("/v1/engines/{id}/swap", swap)
+    app.router.add_post("/v1/engines/{id}/scale", scale)
     app.router.add_get("/v1/engines/{id}/logs", logs)
     add_proxy_routes(app)
     app.router.add_get("/v1/events", events)

@@ -57,9 +57,13 @@ class PolicyError(Exception):
     """A start request the agent refuses; the message says why and what is allowed."""
 
 
-OPTION_KEYS = ("model_dir", "pid", "ipc", "network_mode", "privileged", "cap_add", "volumes")
+OPTION_KEYS = (
+    *("model_dir", "pid", "ipc", "network_mode", "privileged", "cap_add", "volumes"),
+    *("placement", "replicas"),
+)
 """What a start request's ``options`` may hold: the host directory mounted for models,
-and the container settings the policy judges (most of them only to refuse)."""
+the container settings the policy judges (most of them only to refuse), and where and
+how many (Swarm: ``{"node": NAME}`` / ``{"label": "K=V"}``, a replica count)."""
 
 SECRET_CONFIG_KEYS = frozenset({"api_key"})
 """Launch settings the API never shows back (engine lists, start and swap answers)."""

@@ -87,6 +87,7 @@ def default_runtimes(config: AgentConfig, platform: str) -> dict[str, Runtime]:
     from agents.runtime.compose import ComposeRuntime
     from agents.runtime.process import ProcessRuntime
     from agents.runtime.state import StateStore
+    from agents.runtime.swarm import SwarmRuntime
 
     state = StateStore(config.state_dir)
     runtimes: dict[str, Runtime] = {
@@ -94,6 +95,9 @@ def default_runtimes(config: AgentConfig, platform: str) -> dict[str, Runtime]:
             node=config.node_name, platform=compose_platform(platform), state=state
         ),
         "process": ProcessRuntime(config, state=state),
+        "swarm": SwarmRuntime(
+            node=config.node_name, platform=compose_platform(platform), state=state
+        ),
     }
     with contextlib.suppress(ImportError):
         from agents.runtime.sim import SimRuntime

@@ -58,6 +58,7 @@ examples:
   start  {"ok", "node", "action", "engine": ENGINE, "elapsed_s"}
   swap   {"ok", "node", "action", "engine": ENGINE, "previous": {"kind", "model"}, "swap_s"}
   stop   {"ok", "node", "action", "engine_id", "volumes_kept", "volumes_removed"}
+  scale  {"ok", "node", "action", "engine": ENGINE, "replicas"}
   logs   one {"engine_id", "line"} per line (JSON lines)
   error  {"ok": false, "node", "action", "error": {"code", "message", ...}}
 ENGINE: id kind runtime state health url port gpu_ids model config simulated started_at
@@ -96,7 +97,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     start = actions.add_parser("start", parents=[common], help="start an engine, wait for health")
     start.add_argument("kind", help="engine kind (llamacpp, vllm, sglang, ... or sim)")
     _launch_arguments(start)
-    start.add_argument("--runtime", choices=("compose", "process", "sim"), default=None)
+    start.add_argument("--runtime", choices=("compose", "process", "swarm", "sim"), default=None)
+    swarm = start.add_argument_group("Swarm (--runtime swarm, asked of a manager node's agent)")
+    swarm.add_argument("--place-node", help="run the replicas on this Swarm node (host name)")
+    swarm.add_argument(
+        "--place-label", metavar="KEY=VALUE", help="run the replicas on nodes with this label"
+    )
+    swarm.add_argument("--replicas", type=int, default=None, help="replica count (default 1)")
     start.add_argument("--gpus", type=_gpu_list, default=[], help="GPU indices, e.g. 0,1")
     start.add_argument("--model-dir", help="host directory mounted as the engine's models")
     fetch = start.add_mutually_exclusive_group()
@@ -130,6 +137,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     stop.add_argument("--quiet", action="store_true", help="no progress on stderr")
     stop.set_defaults(func=run_stop)
+
+    scale = actions.add_parser(
+        "scale", parents=[common], help="set a Swarm service's replica count (manager's agent)"
+    )
+    scale.add_argument("engine_id")
+    scale.add_argument("replicas", type=int)
+    scale.set_defaults(func=run_scale)
 
     logs = actions.add_parser("logs", parents=[common], help="an engine's log")
     logs.add_argument("engine_id")
@@ -288,7 +302,7 @@ def run_ls(args: argparse.Namespace) -> int:
 def run_start(args: argparse.Namespace) -> int:
     async def command(client: AgentClient, node: NodeConfig) -> int:
         fields = launch_fields(args)
-        options = {"model_dir": args.model_dir} if args.model_dir else None
+        options = start_options(args)
         if not args.allow_download and (absent := await model_absent(client, args, fields)):
             return report_failure(absent, node=node.name, action="start", as_json=args.json)
         began = time.monotonic()
@@ -307,12 +321,42 @@ def run_start(args: argparse.Namespace) -> int:
         if args.json:
             result = {"ok": True, "node": node.name, "action": "start"}
             print_json(result | {"engine": engine_json(info), "elapsed_s": elapsed_s})
+        elif info.state == "deployed":
+            print(f"{info.id} {info.kind} deployed from node {node.name}: {info.message}")
         else:
             print(f"{info.id} {info.kind} healthy at {info.url} on node {node.name} "
                   f"({elapsed_s:.1f} s)")  # fmt: skip
         return EXIT_OK
 
     return run_node_command(args, "start", command)
+
+
+def start_options(args: argparse.Namespace) -> dict[str, object] | None:
+    """The start request's options: the model mount, and a Swarm service's placement."""
+    options: dict[str, object] = {"model_dir": args.model_dir} if args.model_dir else {}
+    placement = {
+        k: v for k, v in (("node", args.place_node), ("label", args.place_label)) if v is not None
+    }
+    if placement:
+        options["placement"] = placement
+    if args.replicas is not None:
+        options["replicas"] = args.replicas
+    if (placement or args.replicas is not None) and args.runtime != "swarm":
+        raise ConfigError("--place-node, --place-label and --replicas go with --runtime swarm")
+    return options or None
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    async def command(client: AgentClient, node: NodeConfig) -> int:
+        info = await client.scale(args.engine_id, args.replicas)
+        if args.json:
+            result = {"ok": True, "node": node.name, "action": "scale", "engine": engine_json(info)}
+            print_json(result | {"replicas": args.replicas})
+        else:
+            print(f"{info.id} scaled to {args.replicas} replica(s) from node {node.name}")
+        return EXIT_OK
+
+    return run_node_command(args, "scale", command)
 
 
 async def model_absent(

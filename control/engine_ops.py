@@ -242,6 +242,9 @@ async def start_engine(
         health_timeout_s=health_timeout_s,
     )
     progress(f"agent accepted: deployment {info.id}", 0.1)
+    if info.state == "deployed":  # a Swarm service: the agents of its nodes list it
+        progress(f"{info.id}: {info.message}", 1.0)
+        return info
     return await wait_healthy(client, info.id, progress)
 
 
@@ -260,6 +263,9 @@ async def swap_engine(
     result = await client.swap(
         engine_id, dict(config), kind=kind, health_timeout_s=health_timeout_s
     )
+    if result.state == "deployed":  # a Swarm service, redeployed: its nodes gate it
+        progress(f"{result.id}: {result.message}", 1.0)
+        return result
     # the agent answers with the deployment that replaced it (its id may be new)
     return await wait_healthy(client, result.id or engine_id, progress)
 

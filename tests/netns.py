@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tests.netns_docker import NodeDocker, start_dockerd, unmount_under, wait_ready
+
 SLOT = int(os.environ.get("INFER_TOP_NETNS_SLOT", "0"))
 """Which rig this run builds (0-99): two runs on one machine at once (a CI run beside an
 engineer's) each take their own slot, so their names and subnets never meet."""
@@ -92,6 +94,8 @@ class TestNode:
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     ssh: bool = False
     """An SSH host: sshd on its address, its agent on its own loopback only."""
+    docker: NodeDocker | None = None
+    """The node's own Docker daemon (``dockerd=True``), its agent's ``DOCKER_HOST``."""
 
     @property
     def agent_url(self) -> str:
@@ -285,10 +289,12 @@ def network_nodes(
     natives: dict[str, Path],
     model_dirs: Sequence[Path] = (),
     ssh: Collection[str] = (),
+    dockerd: bool = False,
 ) -> Iterator[dict[str, TestNode]]:
     """Nodes named ``names`` on one bridge, each with its agent answering; those in ``ssh``
-    are SSH hosts (``SshRig.at(workdir)`` has their keys and aliases). All of it is removed
-    on exit, whatever happened inside."""
+    are SSH hosts (``SshRig.at(workdir)`` has their keys and aliases); with ``dockerd``
+    each runs its own Docker daemon (tests/netns_docker.py), named after the node. All of
+    it is removed on exit, whatever happened inside."""
     clean_leftovers()
     rig = SshRig.at(workdir)
     if ssh:
@@ -341,13 +347,20 @@ def network_nodes(
             if node.ssh:
                 logs.append(rig.sshd_log(node).open("wb"))
                 sshds.append(_start_sshd(node, rig, logs[-1]))
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+            if dockerd:  # answering before the agent starts: it follows the daemon's events
+                logs.append((workdir / f"{name}-dockerd.log").open("wb"))
+                node.docker = start_dockerd(namespace, name, workdir / f"{name}-docker", logs[-1])
+                nodes[name] = node  # its daemon is torn down with the node from here on
+                wait_ready([node.docker])
+                env["DOCKER_HOST"] = node.docker.host
             log = (workdir / f"{name}-agent.log").open("wb")
             logs.append(log)
             node.process = subprocess.Popen(
                 ["ip", "netns", "exec", namespace, *_agent_argv(node, natives, model_dirs)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+                env=env,
             )
             nodes[name] = node
         for node in nodes.values():
@@ -370,4 +383,7 @@ def network_nodes(
                 process.wait(timeout=5)
         for log in logs:
             log.close()
+        for node in nodes.values():
+            if node.docker is not None:
+                unmount_under(node.docker.root)
         clean_leftovers()

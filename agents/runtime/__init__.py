@@ -108,6 +108,17 @@ class ExitCallback(Protocol):
     ) -> None: ...
 
 
+class TaskCallback(Protocol):
+    """A runtime whose engines an orchestrator places (Swarm) saw one of its tasks on this
+    node ``start``, ``die`` (crash: the orchestrator restarts it), ``ending`` (exiting on
+    the orchestrator's stop signal) or ``stop`` (ended by the orchestrator: moved, scaled
+    down or removed).  ``dep`` is built from the task's labels."""
+
+    def __call__(
+        self, action: str, dep: Deployment, reason: str, at: float, exit_code: int | None
+    ) -> None: ...
+
+
 class Runtime(Protocol):
     name: str
 
@@ -152,6 +163,22 @@ class VolumeRuntime(Protocol):
 
     async def remove_volumes(self, names: Sequence[str]) -> None:
         """Remove the volumes; RuntimeError_ naming the first that cannot go."""
+
+
+@runtime_checkable
+class TaskRuntime(Protocol):
+    """A runtime that deploys services an orchestrator places (``deploys_services``): the
+    agent that deploys one does not list it; each node lists the tasks it runs."""
+
+    deploys_services: bool
+
+    def deployed(self, dep_id: str) -> Deployment | None:
+        """A service this agent deployed, from its record (to stop or scale it here)."""
+
+    async def scale(self, dep: Deployment, replicas: int) -> None: ...
+
+    def watch_tasks(self, on_task: TaskCallback) -> Callable[[], None] | None:
+        """Start reporting this node's tasks; returns a function that stops it (or None)."""
 
 
 @runtime_checkable

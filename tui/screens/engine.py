@@ -43,7 +43,7 @@ from tui.screens.base import BaseScreen
 from tui.screens.shared import Confirm
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
-RUNTIMES = ("auto", "compose", "process", "sim")
+RUNTIMES = ("auto", "compose", "process", "swarm", "sim")
 PULL_AND_START = "pull and start"
 
 
@@ -410,7 +410,8 @@ class EngineScreen(BaseScreen):
         except Exception as exc:  # the agent's error, in words, on screen
             self.post_message(EngineActionDone(node, action, False, describe_error(exc)))
             return
-        text = f"{action} done" + (f": {result.id} {result.health}" if result else "")
+        shown = result and ("deployed on Swarm" if result.state == "deployed" else result.health)
+        text = f"{action} done" + (f": {result.id} {shown}" if result else "")
         if action == "stop" and result is not None and result.message:
             text += f" — {result.message}"  # e.g. a crashed engine removed without its runtime
         self.post_message(EngineActionDone(node, action, True, text))

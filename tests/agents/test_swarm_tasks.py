@@ -1,0 +1,66 @@
+"""How a node's agent follows the Swarm tasks its Docker reports (no daemon needed: the
+runtime's task callback driven by hand): a crash is a crash, Swarm's own stop is not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from agents.config import AgentConfig
+from agents.manager import EngineManager
+from agents.runtime.state import StateStore
+from agents.runtime.swarm import SwarmRuntime, task_deployment
+
+LABELS = {
+    "org.infer-top.runtime": "swarm",
+    "org.infer-top.deployment": "svc1",
+    "org.infer-top.engine": "llamacpp",
+    "org.infer-top.port": "18123",
+    "org.infer-top.config": '{"model": "/models/tiny.gguf", "port": 18123}',
+}
+
+
+async def manager_with_task(config: AgentConfig, tmp_path: Path) -> EngineManager:
+    swarm = SwarmRuntime(node="b", platform="cpu", state=StateStore(tmp_path))
+    session = aiohttp.ClientSession()
+    manager = EngineManager(config, {"swarm": swarm}, platform="cpu", session=session)
+    task = task_deployment(LABELS)
+    assert task is not None
+    task.state, task.health, task.started_at = "ready", "healthy", 100.0
+    manager.deployments[task.id] = task
+    return manager
+
+
+async def test_swarm_stopping_a_task_drops_it_without_a_crash(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    manager = await manager_with_task(make_config(), tmp_path)
+    try:
+        task = task_deployment(LABELS)
+        assert task is not None
+        manager._task("ending", task, "Swarm is stopping task t.1", 200.0, None)
+        manager._task("die", task, "task t.1 exited (code 0)", 200.1, 0)
+        assert manager.deployments["svc1"].state == "stopping"
+        manager._task("stop", task, "Swarm stopped task t.1 on node b", 200.2, None)
+        assert "svc1" not in manager.deployments
+        kinds = [e.kind for e in manager.events.backlog(0)]
+        assert kinds == ["task_gone"]
+    finally:
+        await manager.session.close()
+
+
+async def test_a_task_that_dies_on_its_own_is_a_crash(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    manager = await manager_with_task(make_config(), tmp_path)
+    try:
+        task = task_deployment(LABELS)
+        assert task is not None
+        manager._task("die", task, "task t.1 exited (code 137)", 200.0, 137)
+        dep = manager.deployments["svc1"]
+        assert (dep.state, dep.health, dep.exit_code) == ("crashed", "dead", 137)
+        assert [e.kind for e in manager.events.backlog(0)] == ["crashed"]
+    finally:
+        await manager.session.close()
