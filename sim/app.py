@@ -24,9 +24,11 @@ from sim import dialects, introspect
 from sim.faults import FaultConfig
 from sim.labels import OWNED_BY, SIM_HEADER
 from sim.ollama_pull import add_pull_routes
+from sim.openai_api import BadRequest, error_body
 from sim.profile import ProfileError, SimProfile, load_profile
 from sim.scheduler import RequestTrace
 from sim.server import SimServer
+from sim.tokenize import tokenize_answer
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -126,8 +128,18 @@ def build_app(sim: SimServer) -> web.Application:
                 "max_lag_s": lag, "traces": traces}  # fmt: skip
         return web.json_response(body)
 
+    async def tokenize(request: web.Request) -> web.Response:
+        assert spec.tokenize is not None  # routed only where the engine has one
+        try:
+            answer = tokenize_answer(spec.tokenize, await request.read(), p)
+        except BadRequest as exc:
+            return web.json_response(error_body(str(exc), exc.status), status=exc.status)
+        return web.json_response(answer)
+
     r = app.router
     r.add_get("/v1/models", models)
+    if spec.tokenize is not None:
+        r.add_post(spec.tokenize.path, tokenize)
     r.add_post("/v1/chat/completions", gen("chat"))
     r.add_post("/v1/completions", gen("completions"))
     r.add_get("/infer-top/ground-truth", ground_truth)
