@@ -138,8 +138,6 @@ def build_app(sim: SimServer) -> web.Application:
 
     r = app.router
     r.add_get("/v1/models", models)
-    if spec.tokenize is not None:
-        r.add_post(spec.tokenize.path, tokenize)
     r.add_post("/v1/chat/completions", gen("chat"))
     r.add_post("/v1/completions", gen("completions"))
     r.add_get("/infer-top/ground-truth", ground_truth)
@@ -154,6 +152,8 @@ def build_app(sim: SimServer) -> web.Application:
         return app
     r.add_get(spec.health_path, health)
     r.add_get("/version", version)
+    if spec.tokenize is not None:  # Ollama counts with its /api/generate, routed above
+        r.add_post(spec.tokenize.path, tokenize)
     pages = {"prometheus": prom, "json": trtllm_json, "llamacpp_slots": slots}
     if spec.metrics_path is not None and spec.metrics_format is not None:
         r.add_get(spec.metrics_path, pages[spec.metrics_format])

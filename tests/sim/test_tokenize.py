@@ -58,7 +58,7 @@ async def test_tokenize_refuses_what_the_engine_would(sim_factory: StartSim) -> 
             assert r.status == 400 and "'prompt'" in (await r.json())["error"]["message"]
 
 
-@pytest.mark.parametrize("profile", ["h100-llama3.1-8b-ollama", "h100-llama2-7b-trtllm"])
+@pytest.mark.parametrize("profile", ["h100-llama2-7b-lmdeploy", "h100-llama2-7b-trtllm"])
 async def test_engines_without_tokenize_have_none_in_the_simulator(
     sim_factory: StartSim, profile: str
 ) -> None:
@@ -70,19 +70,26 @@ async def test_engines_without_tokenize_have_none_in_the_simulator(
             assert r.status in (404, 405)
 
 
+@pytest.mark.parametrize(
+    ("profile", "method"),
+    [
+        ("h100-llama2-7b-vllm", "vllm /tokenize"),
+        ("h100-llama3.1-8b-ollama", "ollama /api/generate"),
+    ],
+)
 async def test_a_load_against_the_simulator_sends_the_asked_prompt_tokens(
-    sim_factory: StartSim,
+    sim_factory: StartSim, profile: str, method: str
 ) -> None:
-    sim = await sim_factory("h100-llama2-7b-vllm", time_scale=0.05)
+    sim = await sim_factory(profile, time_scale=0.05)
     await sim.wait_ready()
     sink = MemorySink()
     events: list[RunEvent] = []
-    target = Target(sim.url, sim.profile.model, engine_kind="vllm")
+    target = Target(sim.url, sim.profile.model, engine_kind=sim.profile.spec.kind)
     spec = LoadSpec((ClosedLoop(2),), requests_per_level=6)
     await run_load(spec, Workload(input_len=48, output_len=4), target, sink, events.append)
     started = next(e for e in events if isinstance(e, RunStarted))
     assert started.setup.workload["sizing"].startswith(
-        "prompts sized by the engine's tokenizer (vllm /tokenize): + "
+        f"prompts sized by the engine's tokenizer ({method}): + "
     )
     assert not [w for w in started.warnings if "not sized" in w], started.warnings
     assert len(sink.records) == 6
