@@ -73,6 +73,11 @@ sends nothing for its ``--timeout`` (1 s at the least the catalog lets one set),
 younger spare is surely still open when a request takes it."""
 
 
+AHEAD_AFTER_S = 0.001
+"""The spare's connect waits this long, so it never delays the send of the request whose
+arrival started it."""
+
+
 class AheadConnector(aiohttp.TCPConnector):
     """A new connection per request, for engines that close theirs after every streamed
     answer, with one opened ahead for each engine: a request takes the spare, so no
@@ -108,6 +113,9 @@ class AheadConnector(aiohttp.TCPConnector):
     async def _open(self, req: ClientRequest, limits: aiohttp.ClientTimeout) -> None:
         key = req.connection_key
         try:
+            # After the request that asked for it has gone out (its body is written by a
+            # task queued after this one): a timer, so the loop's ready work runs first.
+            await asyncio.sleep(AHEAD_AFTER_S)
             proto = await super()._create_connection(req, [], limits)
         except (aiohttp.ClientError, OSError):
             return  # the next request connects itself and reports what failed
