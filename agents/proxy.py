@@ -11,19 +11,24 @@ away closes the upstream connection, which is how engines notice a cancelled req
 
 Every proxied request costs the agent's host a few loopback sends and, for an engine that
 closes after each answer, a connect (benchmarks/proxy_bench.py): connections to an engine
-that keeps them are pooled, the answer's head goes out with its first bytes and its last
-bytes with the end of the chunked body, so a short streamed answer is one send fewer at
-each end.
+that keeps them are pooled, one to an engine that does not is opened ahead of the request
+that takes it, the answer's head goes out with its first bytes and its last bytes with the
+end of the chunked body, so a short streamed answer is one send fewer at each end.  (Both
+sides' sockets are TCP_NODELAY: aiohttp sets it on every connection.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ClientRequest, ConnectionKey
+from aiohttp.tracing import Trace
 from aiohttp.web_log import AccessLogger
 from aiohttp.web_request import BaseRequest
 from yarl import URL
@@ -62,6 +67,86 @@ uvicorn (vLLM, SGLang) closes an idle one, so the proxy never sends into a socke
 engine is closing (a request body cannot be sent twice)."""
 
 
+SPARE_MAX_AGE_S = 0.5
+"""A spare connection unused this long is closed: llama-server drops a connection that
+sends nothing for its ``--timeout`` (1 s at the least the catalog lets one set), so a
+younger spare is surely still open when a request takes it."""
+
+
+AHEAD_AFTER_S = 0.001
+"""The spare's connect waits this long, so it never delays the send of the request whose
+arrival started it."""
+
+
+class AheadConnector(aiohttp.TCPConnector):
+    """A new connection per request, for engines that close theirs after every streamed
+    answer, with one opened ahead for each engine: a request takes the spare, so no
+    connect (a syscall and a turn of a busy event loop) lies in its path, and starts the
+    next one.  One, not more: each open connection holds one of llama-server's HTTP
+    threads (``-np`` + 2 at the fewest), so spares must not outnumber its spare threads."""
+
+    def __init__(self) -> None:
+        super().__init__(limit=0, force_close=True)
+        self._spares: dict[ConnectionKey, tuple[ResponseHandler, float]] = {}
+        self._opening: dict[ConnectionKey, asyncio.Task[None]] = {}
+
+    async def _create_connection(
+        self,
+        req: ClientRequest,
+        traces: list[Trace],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's own signature
+    ) -> ResponseHandler:
+        spare = self._spares.pop(req.connection_key, None)
+        self._open_ahead(req, timeout)
+        if spare is not None:
+            proto, opened_at = spare
+            if proto.is_connected() and self._loop.time() - opened_at < SPARE_MAX_AGE_S:
+                return proto
+            proto.close()
+        return await super()._create_connection(req, traces, timeout)
+
+    def _open_ahead(self, req: ClientRequest, timeout: aiohttp.ClientTimeout) -> None:
+        key = req.connection_key
+        if key not in self._opening and not self.closed:
+            self._opening[key] = self._loop.create_task(self._open(req, timeout))
+
+    async def _open(self, req: ClientRequest, limits: aiohttp.ClientTimeout) -> None:
+        key = req.connection_key
+        try:
+            # After the request that asked for it has gone out (its body is written by a
+            # task queued after this one): a timer, so the loop's ready work runs first.
+            await asyncio.sleep(AHEAD_AFTER_S)
+            proto = await super()._create_connection(req, [], limits)
+        except (aiohttp.ClientError, OSError):
+            return  # the next request connects itself and reports what failed
+        finally:
+            del self._opening[key]
+        if self.closed:
+            proto.close()
+            return
+        old = self._spares.get(key)
+        if old is not None:
+            old[0].close()
+        self._spares[key] = (proto, self._loop.time())
+        self._loop.call_later(SPARE_MAX_AGE_S, self._expire, key, proto)
+
+    def _expire(self, key: ConnectionKey, proto: ResponseHandler) -> None:
+        spare = self._spares.get(key)
+        if spare is not None and spare[0] is proto:
+            del self._spares[key]
+            proto.close()
+
+    def _close(self, *, abort_ssl: bool = False) -> list[Awaitable[object]]:
+        waiters = super()._close(abort_ssl=abort_ssl)
+        for task in self._opening.values():
+            task.cancel()
+            waiters.append(task)
+        for proto, _ in self._spares.values():
+            proto.close()
+        self._spares.clear()
+        return waiters
+
+
 @dataclass(frozen=True)
 class Upstreams:
     """The proxy's client sessions to the node's engines, one per connection habit."""
@@ -70,7 +155,8 @@ class Upstreams:
     """Keep-alive, no limit on connections (never fewer than a load's streams)."""
     fresh: aiohttp.ClientSession
     """A new connection per request, for engines that close theirs after every streamed
-    answer (llama-server): a pooled one would be dead on reuse."""
+    answer (llama-server): a pooled one would be dead on reuse.  The next one is opened
+    ahead (``AheadConnector``)."""
 
     def for_kind(self, kind: str) -> aiohttp.ClientSession:
         return self.fresh if get_spec(kind).closes_after_stream else self.pooled
@@ -194,7 +280,7 @@ def _session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
 async def _proxy_sessions(app: web.Application) -> AsyncIterator[None]:
     upstreams = Upstreams(
         pooled=_session(aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_IDLE_S)),
-        fresh=_session(aiohttp.TCPConnector(limit=0, force_close=True)),
+        fresh=_session(AheadConnector()),
     )
     app[UPSTREAMS] = upstreams
     try:

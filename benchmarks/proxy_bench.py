@@ -1,6 +1,7 @@
 """Agent proxy overhead: TTFT through ``/v1/engines/{id}/proxy`` vs straight to the engine.
 
     .venv/bin/python -m benchmarks.proxy_bench [--streams 1,64] [--requests 200,2048]
+        [--rounds 4] [--before-tree DIR]
 
 The agent runs as its own process (``python -m agents.cli``, replayed GPU, 1 s telemetry)
 and starts the engine with its process runtime: the native "llama-server" is the
@@ -14,7 +15,10 @@ agent's token (``proxied``, reusing its connections to the agent as the control 
 does), and the same sweep run by the agent next to the engine, its records streamed back
 (``node-side``, ``control.noderuns.run_on_node``, the fleet's default), in ``--rounds``
 interleaved passes per stream count (the order flips every round), so machine noise hits
-every path alike.
+every path alike.  ``--before-tree DIR`` (another checkout, e.g. ``git archive`` of the
+commit before) runs a second agent from that tree, with its own engine of the same kind,
+and adds its proxied path (``proxied (before)``) to the same passes: before and after side
+by side under the same load.
 
 Per stream count and path: TTFT p50 / p99 and ITL p50 over all measured requests, *added*
 = that path - direct for each percentile, and the *overhead* = median of (measured TTFT -
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -38,6 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +66,9 @@ WORKLOAD = Workload(input_len=24, output_len=8)
 PATHS = ("direct", "proxied", "node-side")
 """direct and proxied: the load generator runs here, the control plane's side; node-side:
 the agent runs it next to the engine and streams every record back (issue 16's default)."""
+BEFORE = "proxied (before)"
+"""The proxied path through the agent of ``--before-tree``."""
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -143,81 +152,110 @@ async def _pass(
     return [r for r in records if not r.warmup], len(records), cpu, wall
 
 
-async def measure(
-    stream_counts: list[int], requests: list[int], rounds: int
-) -> tuple[dict[tuple[int, str], PathResult], str]:
+@dataclass
+class Node:
+    """One agent process with its engine started."""
+
+    client: AgentClient
+    url: str
+    proc: psutil.Process
+    engine_id: str
+    engine_url: str
+
+
+@contextlib.asynccontextmanager
+async def _node(tree: Path, tmp: Path) -> AsyncIterator[Node]:
+    """An agent run from ``tree`` (its own code on ``PYTHONPATH``) with the schedule server
+    started as its native llama-server."""
     port = free_port()
-    results = {(s, p): PathResult() for s in stream_counts for p in PATHS}
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        (tmp / "token").write_text(TOKEN)
-        (tmp / "token").chmod(0o600)
-        (tmp / "models").mkdir()
-        (tmp / "models" / "model.gguf").touch()
-        agent = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
-            "--token-file", str(tmp / "token"), "--replay-trace", "--interval", "1s",
-            "--state-dir", str(tmp / "state"), "--node-name", "bench",
-            "--native", f"llamacpp={_wrapper(tmp)}", "--model-dir", str(tmp / "models"),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        proc = psutil.Process(agent.pid)
-        agent_url = f"http://127.0.0.1:{port}"
-        try:
-            async with AgentClient(agent_url, TOKEN) as client:
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        await client.node_info()
-                        break
-                    except Exception:
-                        if time.monotonic() > deadline:
-                            raise
-                        await asyncio.sleep(0.1)
-                launch = {"model": str(tmp / "models" / "model.gguf"), "max_num_seqs": 64}
-                engine = await client.start("llamacpp", launch, runtime="process")
+    (tmp / "token").write_text(TOKEN)
+    (tmp / "token").chmod(0o600)
+    (tmp / "models").mkdir()
+    (tmp / "models" / "model.gguf").touch()
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agents.cli", "--listen", f"127.0.0.1:{port}",
+        "--token-file", str(tmp / "token"), "--replay-trace", "--interval", "1s",
+        "--state-dir", str(tmp / "state"), "--node-name", "bench",
+        "--native", f"llamacpp={_wrapper(tmp)}", "--model-dir", str(tmp / "models"),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, cwd=tree, env=env,
+    )  # fmt: skip
+    agent_url = f"http://127.0.0.1:{port}"
+    try:
+        async with AgentClient(agent_url, TOKEN) as client:
+            deadline = time.monotonic() + 30
+            while True:
                 try:
-                    if engine.url is None or engine.health != "healthy":
-                        raise RuntimeError(f"engine did not start: {engine.message}")
-                    targets = {
-                        "direct": Target(engine.url, "sched", engine_kind="llamacpp"),
-                        "proxied": Target(
-                            f"{agent_url}/v1/engines/{engine.id}/proxy/v1",
-                            "sched",
-                            engine_kind="llamacpp",
-                            api_key=TOKEN,
-                            through_proxy=True,  # as control.reach aims the control plane
-                        ),
-                    }
-                    targets["node-side"] = targets["direct"]  # the agent's worker aims there
-                    for streams, total in zip(stream_counts, requests, strict=True):
-                        per_pass = max(total // rounds, 1)
-                        for r in range(rounds):
-                            order = PATHS if r % 2 == 0 else PATHS[::-1]
-                            for path in order:
-                                print(f"{streams} streams, round {r + 1}, {path} ...",
-                                      file=sys.stderr)  # fmt: skip
-                                run_id = f"{path[0]}{streams}r{r}"
-                                recs, sent, cpu, wall = await _pass(
-                                    path,
-                                    targets[path],
-                                    streams,
-                                    per_pass,
-                                    run_id,
-                                    proc,
-                                    (client, engine.id),
-                                )
-                                res = results[(streams, path)]
-                                res.records += recs
-                                res.sent += sent
-                                res.agent_cpu_s += cpu
-                                res.wall_s += wall
-                    truth = await asyncio.to_thread(_truth, engine.url)
-                finally:
-                    await client.stop(engine.id)
-        finally:
-            agent.terminate()
-            await agent.wait()
+                    await client.node_info()
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
+            launch = {"model": str(tmp / "models" / "model.gguf"), "max_num_seqs": 64}
+            engine = await client.start("llamacpp", launch, runtime="process")
+            try:
+                if engine.url is None or engine.health != "healthy":
+                    raise RuntimeError(f"engine did not start: {engine.message}")
+                yield Node(client, agent_url, psutil.Process(agent.pid), engine.id, engine.url)
+            finally:
+                await client.stop(engine.id)
+    finally:
+        agent.terminate()
+        await agent.wait()
+
+
+def _proxied(node: Node) -> Target:
+    return Target(
+        f"{node.url}/v1/engines/{node.engine_id}/proxy/v1",
+        "sched",
+        engine_kind="llamacpp",
+        api_key=TOKEN,
+        through_proxy=True,  # as control.reach aims the control plane
+    )
+
+
+async def measure(
+    stream_counts: list[int], requests: list[int], rounds: int, before_tree: Path | None
+) -> tuple[dict[tuple[int, str], PathResult], str]:
+    paths = (*PATHS, BEFORE) if before_tree else PATHS
+    results = {(s, p): PathResult() for s in stream_counts for p in paths}
+    truth: dict[str, Any] = {}
+    tmp = tempfile.TemporaryDirectory()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(tmp.cleanup)
+        tmp_name = tmp.name
+        (Path(tmp_name) / "now").mkdir()
+        node = await stack.enter_async_context(_node(ROOT, Path(tmp_name) / "now"))
+        nodes = {p: node for p in PATHS}
+        targets = {"direct": Target(node.engine_url, "sched", engine_kind="llamacpp"),
+                   "proxied": _proxied(node)}  # fmt: skip
+        targets["node-side"] = targets["direct"]  # the agent's worker aims there
+        if before_tree:
+            (Path(tmp_name) / "before").mkdir()
+            nodes[BEFORE] = await stack.enter_async_context(
+                _node(before_tree, Path(tmp_name) / "before")
+            )
+            targets[BEFORE] = _proxied(nodes[BEFORE])
+        for streams, total in zip(stream_counts, requests, strict=True):
+            per_pass = max(total // rounds, 1)
+            for r in range(rounds):
+                order = paths if r % 2 == 0 else paths[::-1]
+                for path in order:
+                    print(f"{streams} streams, round {r + 1}, {path} ...", file=sys.stderr)
+                    run_id = f"{path[0]}{path[-2]}{streams}r{r}"
+                    at = nodes[path]
+                    recs, sent, cpu, wall = await _pass(
+                        path, targets[path], streams, per_pass, run_id, at.proc,
+                        (at.client, at.engine_id),
+                    )  # fmt: skip
+                    res = results[(streams, path)]
+                    res.records += recs
+                    res.sent += sent
+                    res.agent_cpu_s += cpu
+                    res.wall_s += wall
+        for engine_url in {n.engine_url for n in nodes.values()}:
+            truth |= await asyncio.to_thread(_truth, engine_url)
     for res in results.values():
         for rec in res.records:
             entry = truth.get(f"{rec.run_id}-{rec.level_index}-{rec.request_index}")
@@ -231,12 +269,13 @@ def _ms(value: float | None) -> str:
 
 
 def report(results: dict[tuple[int, str], PathResult], stream_counts: list[int]) -> None:
+    paths = [p for p in (*PATHS, BEFORE) if (stream_counts[0], p) in results]
     print("| streams | path | requests (failed) | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | "
           "added p50 ms | added p99 ms | overhead vs server median ms | agent CPU |")  # fmt: skip
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for streams in stream_counts:
         base = None
-        for path in PATHS:
+        for path in paths:
             res = results[(streams, path)]
             ok = [r for r in res.records if r.ttft_s is not None and r.error_kind is None]
             ttft = percentiles(r.ttft_s for r in ok if r.ttft_s is not None)
@@ -254,6 +293,7 @@ def report(results: dict[tuple[int, str], PathResult], stream_counts: list[int])
             cpu_pct = 100 * res.agent_cpu_s / res.wall_s if res.wall_s else 0.0
             cpu = f"{cpu_pct:.1f} % of a core"
             if path != "direct" and res.sent:
+                # the before agent idles as the other does: its idle cost is the same
                 direct = results[(streams, "direct")]
                 idle_cpu_s = direct.agent_cpu_s / direct.wall_s * res.wall_s if direct.wall_s else 0
                 per_request = (res.agent_cpu_s - idle_cpu_s) / res.sent
@@ -278,12 +318,16 @@ def main() -> int:
                     help="measured requests per path for each --streams entry, split over the "
                     "rounds (default 200,2048)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=4, help="interleaved passes per path")
+    ap.add_argument("--before-tree", type=lambda v: Path(v).resolve(), default=None,
+                    help="another checkout: its agent's proxy runs in the same passes")  # fmt: skip
     args = ap.parse_args()
     if len(args.requests) != len(args.streams):
         ap.error("--requests needs one count per --streams entry")
     load0 = os.getloadavg()
     t0 = dt.datetime.now(dt.UTC)
-    results, load1 = run_in_new_loop(measure(args.streams, args.requests, args.rounds))
+    results, load1 = run_in_new_loop(
+        measure(args.streams, args.requests, args.rounds, args.before_tree)
+    )
     print(f"\nMachine: {platform.machine()} {cpu_model()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; load average {load0[0]:.1f} / {load0[1]:.1f} / "
           f"{load0[2]:.1f} at the start, {load1} at the end; {t0:%Y-%m-%d %H:%M} UTC, "

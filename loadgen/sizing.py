@@ -2,9 +2,11 @@
 
 A synthetic prompt of *L tokens* is built from common words whose cost in the
 engine's tokenizer was measured before the run (its ``tokenize`` route in the catalog:
-llama.cpp, vLLM, SGLang, TGI): each word's tokens after another word, and as the first
-word of a prompt.  Words are drawn until the prompt holds exactly L tokens, so a small
-vocabulary (where a word is several tokens) gets prompts of the asked size, not L words.
+llama.cpp, vLLM, SGLang, TGI; Ollama's untemplated one-token generation, whose
+``prompt_eval_count`` is the prompt's tokens): each word's tokens after another word, and
+as the first word of a prompt.  Words are drawn until the prompt holds exactly L tokens,
+so a small vocabulary (where a word is several tokens) gets prompts of the asked size,
+not L words.
 One calibration request measures what the chat template (and BOS) adds: it is reported
 apart and counted in what each request asks the engine to count.  The costs are cached
 per engine URL, kind and model.  Where nothing tokenizes, prompts stay words and the run

@@ -24,9 +24,11 @@ from sim import dialects, introspect
 from sim.faults import FaultConfig
 from sim.labels import OWNED_BY, SIM_HEADER
 from sim.ollama_pull import add_pull_routes
+from sim.openai_api import BadRequest, error_body
 from sim.profile import ProfileError, SimProfile, load_profile
 from sim.scheduler import RequestTrace
 from sim.server import SimServer
+from sim.tokenize import tokenize_answer
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -126,6 +128,14 @@ def build_app(sim: SimServer) -> web.Application:
                 "max_lag_s": lag, "traces": traces}  # fmt: skip
         return web.json_response(body)
 
+    async def tokenize(request: web.Request) -> web.Response:
+        assert spec.tokenize is not None  # routed only where the engine has one
+        try:
+            answer = tokenize_answer(spec.tokenize, await request.read(), p)
+        except BadRequest as exc:
+            return web.json_response(error_body(str(exc), exc.status), status=exc.status)
+        return web.json_response(answer)
+
     r = app.router
     r.add_get("/v1/models", models)
     r.add_post("/v1/chat/completions", gen("chat"))
@@ -142,6 +152,8 @@ def build_app(sim: SimServer) -> web.Application:
         return app
     r.add_get(spec.health_path, health)
     r.add_get("/version", version)
+    if spec.tokenize is not None:  # Ollama counts with its /api/generate, routed above
+        r.add_post(spec.tokenize.path, tokenize)
     pages = {"prometheus": prom, "json": trtllm_json, "llamacpp_slots": slots}
     if spec.metrics_path is not None and spec.metrics_format is not None:
         r.add_get(spec.metrics_path, pages[spec.metrics_format])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sim.profile import SimProfile
 
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 _WORDS = (
     "the",
     "model",
@@ -50,7 +50,7 @@ _WORDS = (
 
 
 def text_tokens(text: str) -> list[str]:
-    return _TOKEN_RE.findall(text)
+    return TOKEN_RE.findall(text)
 
 
 def chat_prompt_tokens(messages: Sequence[tuple[str, str]]) -> list[str]:

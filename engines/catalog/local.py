@@ -179,6 +179,16 @@ class OllamaSpec(EngineSpec):
     model_pull_path = "/api/pull"
     exact_length_style = None  # num_predict caps, nothing forces past EOS
     length_fields = frozenset()
+    # No tokenize route, but docs/api.md's /api/generate counts: `raw` sends the prompt
+    # with no template and `prompt_eval_count` is the "number of tokens in the prompt" (the
+    # whole prompt, cached or not, since ollama#5371); one token is generated per count.
+    tokenize = TokenizeRoute(
+        "/api/generate",
+        "prompt",
+        "prompt_eval_count",
+        sends_model=True,
+        fields=(("raw", True), ("stream", False), ("options", {"num_predict": 1})),
+    )
     kv_log_patterns = (r"\bn_ctx\s*=\s*(\d+)",)
     # context x OLLAMA_NUM_PARALLEL cells, allocated up front
     memory = MemoryRule(None, overhead_mib=256, concurrency="OLLAMA_NUM_PARALLEL")

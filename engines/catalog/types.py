@@ -37,8 +37,9 @@ class TokenizeRoute:
     text_field: str
     """The body field that takes the text."""
     answer: str
-    """How the answer counts: "tokens" (a ``tokens`` list), "count" (a ``count``
-    number) or "list" (the answer is the list of tokens)."""
+    """Where the answer holds the count: the key of a token list ("tokens") or of a number
+    ("count", Ollama's "prompt_eval_count"), or "list" where the answer is the list of
+    tokens."""
     sends_model: bool = False
     """The body names the model (``model``)."""
     fields: tuple[tuple[str, object], ...] = ()
@@ -53,9 +54,9 @@ class TokenizeRoute:
     def count(self, answer: object) -> int | None:
         """Tokens in ``answer``; None when it is not what this route answers."""
         found = answer.get(self.answer) if isinstance(answer, dict) else answer
-        if self.answer == "count":
-            return found if isinstance(found, int) and not isinstance(found, bool) else None
-        return len(found) if isinstance(found, list) else None
+        if isinstance(found, list):
+            return len(found)
+        return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,15 +8,36 @@ last line is the file's text.  With a file ``health-503`` /health answers SGLang
 503 (its answer while starting, and once up when its own check timed out).  A file
 ``version`` is served as ``{"version": ...}`` at vLLM's /version and SGLang's
 /get_server_info.  ``/v1/chat/completions`` streams a short answer and notes the client's
-port; ``/peers`` lists those ports, one per request (a reused connection repeats one)."""
+port; ``/peers`` lists those ports, one per request (a reused connection repeats one), and
+``/opened`` when each client port connected (``time.monotonic``, the machine's clock) and
+which ports carried any request."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from aiohttp import web
+from aiohttp import web, web_protocol, web_server
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPENED: dict[int, float] = {}
+"""Client port -> when its connection was accepted."""
+SERVED: set[int] = set()
+"""Client ports that carried a request (any route)."""
+
+
+class _NotingHandler(web_protocol.RequestHandler):
+    def connection_made(self, transport: object) -> None:
+        peer = getattr(transport, "get_extra_info", lambda _: None)("peername")
+        if peer:
+            OPENED[peer[1]] = time.monotonic()
+        super().connection_made(transport)  # type: ignore[arg-type]
+
+
+web_server.RequestHandler = _NotingHandler  # type: ignore[attr-defined]  # what web.Server builds
 
 
 def main() -> None:
@@ -68,9 +89,20 @@ def main() -> None:
     async def peer_list(request: web.Request) -> web.Response:
         return web.json_response(peers)
 
-    app = web.Application()
+    async def opened(request: web.Request) -> web.Response:
+        return web.json_response({"opened": OPENED, "served": sorted(SERVED)})
+
+    @web.middleware
+    async def note_served(request: web.Request, handler: Handler) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        if peer:
+            SERVED.add(peer[1])
+        return await handler(request)
+
+    app = web.Application(middlewares=[note_served])
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/peers", peer_list)
+    app.router.add_get("/opened", opened)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", page)
     app.router.add_get("/slots", page)

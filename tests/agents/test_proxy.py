@@ -9,12 +9,17 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import psutil
 import pytest
+from yarl import URL
 
+from agents import proxy as agent_proxy
 from agents.client import AgentClient
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
@@ -30,6 +35,13 @@ CHAT = {
     "stream": True,
     "stream_options": {"include_usage": True},
 }
+
+
+def _agent_ports(engine_url: str) -> set[int]:
+    """Local ports of this process's (the embedded agent's) connections to the engine."""
+    port = URL(engine_url).port
+    return {c.laddr.port for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == port}  # fmt: skip
 
 
 async def sse_chunks(resp: aiohttp.ClientResponse) -> list[dict[str, object]]:
@@ -149,3 +161,51 @@ async def test_the_proxy_keeps_its_engine_connections_where_the_engine_does(
                     peers = await resp.json()
             await client.stop(engine.id)
     assert len(peers) == 6 and len(set(peers)) == connections, peers
+
+
+async def test_a_connection_to_llama_server_is_opened_before_the_request_that_takes_it(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama-server closes its connection after every streamed answer, so each proxied
+    request needs a new one; the proxy opens it ahead, so the connect is not in the
+    request's path (benchmarks/proxy_bench.py): the connection that carries the second
+    request was accepted by the engine before the client sent that request."""
+    monkeypatch.setattr(agent_proxy, "SPARE_MAX_AGE_S", 120.0)  # a slow machine's pause
+    wrapper = tmp_path / "standin"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    (tmp_path / "engines" / "model").mkdir(parents=True)
+    config = make_config(native_binaries={"llamacpp": wrapper}, model_dirs=(tmp_path / "engines",))
+    with engines_killed_afterwards(config.state_dir, str(STANDIN)):
+        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+            model = str(tmp_path / "engines" / "model")
+            engine = await client.start("llamacpp", {"model": model}, runtime="process")
+            assert engine.url is not None
+            proxy = f"{url}/v1/engines/{engine.id}/proxy/v1/chat/completions"
+            async with aiohttp.ClientSession(headers=AUTH) as http:
+
+                async def engine_says(route: str) -> Any:
+                    async with http.get(f"{engine.url}{route}") as resp:
+                        return await resp.json()
+
+                async with http.post(proxy, json=CHAT) as resp:
+                    assert len(await sse_chunks(resp)) == 2
+                # the spare: a connection of the agent's that carried no request, seen
+                # twice (a scrape's connection is also unused for a moment)
+                seen: set[int] = set()
+                async with asyncio.timeout(30):
+                    while True:
+                        state = await engine_says("/opened")
+                        idle = {int(p) for p in state["opened"]} - set(state["served"])
+                        spare = idle & _agent_ports(engine.url)
+                        if spare & seen:
+                            break
+                        seen = spare
+                        await asyncio.sleep(0.05)  # polled: the engine posts no event
+                sent_at = time.monotonic()
+                async with http.post(proxy, json=CHAT) as resp:
+                    assert len(await sse_chunks(resp)) == 2
+                second = (await engine_says("/peers"))[-1]
+                opened = (await engine_says("/opened"))["opened"][str(second)]
+            await client.stop(engine.id)
+    assert opened < sent_at, f"request 2's connection opened {opened - sent_at:+.4f} s after it"

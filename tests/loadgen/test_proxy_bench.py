@@ -4,13 +4,14 @@ own stamps. The figures themselves live in docs/benchmarks.md."""
 
 from __future__ import annotations
 
-from benchmarks.proxy_bench import PATHS, measure
+from benchmarks.proxy_bench import BEFORE, PATHS, ROOT, measure
 from loadgen.process import run_in_new_loop
 
 
 def test_the_proxy_benchmark_measures_both_paths() -> None:
-    results, _ = run_in_new_loop(measure([1], [2], 1))
-    for path in PATHS:
+    """With a before tree (this one here), its agent's proxied path is measured too."""
+    results, _ = run_in_new_loop(measure([1], [2], 1, ROOT))
+    for path in (*PATHS, BEFORE):
         res = results[(1, path)]
         assert len(res.records) == 2, path
         assert all(r.error_kind is None and r.ttft_s for r in res.records), res.records

@@ -4,6 +4,8 @@ agent writes to its event file, the control plane reads back and records)."""
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -100,3 +102,36 @@ def test_what_is_not_a_run_event_is_refused_in_words() -> None:
         event_from_dict({"type": "Shutdown"})
     with pytest.raises(CodecError, match="malformed RunFailed"):
         event_from_dict({"type": "RunFailed"})
+
+
+def _python_calls(fn: Callable[[], object]) -> int:
+    calls = 0
+
+    def count(_frame: object, event: str, _arg: object) -> None:
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_records_encoding_does_not_grow_with_its_tokens() -> None:
+    """Every record a load run writes (JSONL, a node's stream, a worker's pipe) is encoded
+    once: its cost must not be a Python call per token gap (``dataclasses.asdict``
+    deep-copied each float: 0.8 ms a 200-token record, a fifth of the load generator's CPU
+    at 51,200 tok/s).  Counted in calls, so a slow machine cannot fail it."""
+
+    def record(tokens: int) -> RequestRecord:
+        gaps, sizes = (0.005,) * (tokens - 1), (1,) * tokens
+        return RequestRecord("r", 0, 1, 0.0, 0.0, 0.1, 1.0, 8, tokens, tokens, tokens, tokens,
+                             itl_s=gaps, tokens_per_chunk=sizes)  # fmt: skip
+
+    short, long = record(2), record(2000)
+    assert event_from_dict(json.loads(json.dumps(event_to_dict(long)))) == long
+    short_calls = _python_calls(lambda: event_to_dict(short))
+    long_calls = _python_calls(lambda: event_to_dict(long))
+    assert long_calls <= short_calls + 5, (short_calls, long_calls)
