@@ -30,8 +30,9 @@ from control.bench_output import (
     print_summary,
     too_many_failures,
 )
+from control.bench_telemetry import with_node_telemetry
 from control.bench_workers import bench_workers
-from control.config import ConfigError
+from control.config import ConfigError, NodeConfig
 from control.distributed import bench_distributed, check_reach, split_spec
 from control.noderuns import NodeRunEnded, bench_on_node
 from control.preflight import GENERIC_KIND, PreflightError, preflight
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         err.print("[red]error:[/] --load-nodes generates the load on those nodes: no --via-proxy")
         return 2
     if args.node is None:
-        return _run(args, spec, workload, target, placement, err)
+        return _run(args, spec, workload, target, placement, None, err)
     try:
         node = find_node(args.config, args.node)
         if args.load_nodes:
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         # the node's link (an ssh tunnel) stays up for the whole run: the load goes over it
         with held(node) as link:
             target, placement = run_in_new_loop(agent_target(node, link, args.engine_id, target))
-            return _run(args, spec, workload, target, placement, err)
+            return _run(args, spec, workload, target, placement, node, err)
     except (ConfigError, TunnelError, AgentError, OSError, aiohttp.ClientError) as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
@@ -165,9 +166,11 @@ def _run(
     workload: Workload,
     target: Target,
     placement: Placement,
+    node: NodeConfig | None,
     err: Console,
 ) -> int:
-    """The run itself, its engine found (``run``)."""
+    """The run itself, its engine found (``run``); ``node`` is the engine's node, whose
+    GPU telemetry over the run is stored with it (``control.bench_telemetry``)."""
     try:
         PromptSource(workload)  # an unreadable dataset is bad input, found before any request
     except WorkloadError as exc:
@@ -266,7 +269,12 @@ def _run(
                 running = run_load(
                     spec, workload, target, sink, emit, run_id=new_run_id(), setup=setup
                 )
-            result = run_in_new_loop(running)
+            if node is not None and store is not None:
+                result, window = run_in_new_loop(with_node_telemetry(node, store, running))
+                if window.note():
+                    err.print(f"[yellow]note:[/] {window.note()}", highlight=False)
+            else:
+                result = run_in_new_loop(running)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (timeout, systemd, CI)
         by = "SIGTERM" if term.received else "Ctrl-C"
         emit(RunInterrupted(f"stopped by {by}"))

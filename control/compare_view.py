@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from control.report_data import Report, failures_words, level_columns
 from store.models import Comparison, ComparisonRow
 
 
@@ -106,3 +107,29 @@ def comparison_curves(comparison: Comparison) -> list[Curve]:
             )
         )
     return curves
+
+
+def levels_table(report: Report) -> CompareTable:
+    """Every level of every run, one row each: the report's per-level figures
+    (``control.report_data.level_columns``, cost included) and the failures by kind."""
+    columns = level_columns(report.prices.currency)
+    rows: list[tuple[str, tuple[str, ...]]] = []
+    for run in report.runs:
+        for lv in run.levels:
+            cells = tuple(_figure(c.value(lv), c.scale, c.digits) for c in columns)
+            rows.append(
+                (
+                    f"{run.info.run_id}:{lv.summary.level_index}",
+                    (run.label, lv.name, *cells, failures_words(lv)),
+                )
+            )
+    title = "every level of every run" + (
+        "" if report.prices.configured else " (no prices configured: cost n/a)"
+    )
+    return CompareTable(
+        ("Engine", "level", *(c.header for c in columns), "failures"), tuple(rows), title
+    )
+
+
+def _figure(value: float | None, scale: float, digits: int) -> str:
+    return "n/a" if value is None else f"{value * scale:,.{digits}f}"

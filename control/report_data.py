@@ -17,7 +17,7 @@ from control.cost import HourlyPrice, LevelCost, Prices, comparison_costs, hourl
 from engines.catalog.options import options_text
 from runs.records import LevelSummary, failures_text, level_name
 from store import Store
-from store.models import ComparisonRow, RunInfo
+from store.models import Comparison, ComparisonRow, RunInfo
 
 HEADLINE_CONCURRENCY = 64
 """The seed's table: output tok/s per engine at 64 concurrent streams."""
@@ -116,7 +116,12 @@ def _headline(runs: Sequence[ReportRun]) -> Headline:
 
 def build_report(store: Store, run_ids: Sequence[str], prices: Prices) -> Report:
     """Blocking reads: call from a thread where a loop runs."""
-    comparison = store.compare(list(run_ids))
+    return report_of(store, store.compare(list(run_ids)), prices)
+
+
+def report_of(store: Store, comparison: Comparison, prices: Prices) -> Report:
+    """The report of a comparison already read (the TUI's Compare screen has one).
+    Blocking reads: call from a thread where a loop runs."""
     gpus = {r.run_id: store.engine_gpus(r) for r in comparison.runs}
     costs = comparison_costs(
         comparison, prices, {k: len(v) if v else None for k, v in gpus.items()}
@@ -167,6 +172,8 @@ def level_columns(currency: str) -> tuple[Column, ...]:
         Column("failure_rate", "failed %", lambda lv: lv.row.failure_rate, 100),
         Column("goodput_req_s", "goodput req/s", lambda lv: lv.summary.goodput_req_s, digits=2),
         Column("gpu_util_pct", "GPU util %", lambda lv: lv.row.mean_gpu_util_pct),
+        Column("gpu_mem_peak", "GPU mem peak GiB", lambda lv: lv.row.peak_gpu_mem_bytes, 2**-30),
+        Column("kv_peak", "KV peak %", lambda lv: lv.row.kv_cache_peak, 100),
         Column("power_w", "power W", lambda lv: lv.row.mean_power_w),
         Column("tok_per_j", "tok/J", lambda lv: lv.row.tok_per_j, digits=2),
         Column(

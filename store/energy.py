@@ -69,6 +69,40 @@ def window_energy(
     )
 
 
+def window_peaks(
+    conn: sqlite3.Connection,
+    node: str,
+    engine_id: str | None,
+    start: float,
+    end: float,
+    gpus: list[int] | None = None,
+) -> tuple[int | None, float | None]:
+    """(GPU memory in use at its peak, each GPU's peak summed; the engine's KV-cache usage
+    at its peak) in a window. Not cached with the energy: two indexed reads of one
+    window's samples, and a cache row of an older file would lack them."""
+    only = ""
+    params: list[Any] = [node, start, end]
+    if gpus:
+        only = f" AND gpu_index IN ({', '.join('?' * len(gpus))})"
+        params += gpus
+    peaks = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT max(mem_used_bytes) {_WINDOW}{only} GROUP BY gpu_index", params
+        )
+        if r[0] is not None
+    ]
+    kv = None
+    if engine_id is not None:
+        kv = conn.execute(
+            "SELECT max(kv_cache_usage) FROM engine_samples INDEXED BY "
+            "idx_engine_samples_node_engine_id_ts WHERE node = ? AND engine_id = ? "
+            "AND ts BETWEEN ? AND ?",
+            (node, engine_id, start, end),
+        ).fetchone()[0]
+    return (int(sum(peaks)) if peaks else None), kv
+
+
 def cached(conn: sqlite3.Connection, run_id: str) -> dict[int, tuple[Any, ...]]:
     """level_index -> (gpus_key, mean util, mean power, energy) for a run's settled levels."""
     return {

@@ -43,6 +43,8 @@ CSV_FIELDS = (
     "tok_per_j",
     "energy_source",
     "failures_by_kind",
+    "peak_gpu_mem_bytes",
+    "kv_cache_peak",
 )
 
 

@@ -97,6 +97,12 @@ class ComparisonRow:
     """"loadgen" (the level's own figure), "telemetry" (stored GPU samples) or None."""
     failures_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     """The level's failed requests by kind (rate-limited apart from other HTTP errors)."""
+    peak_gpu_mem_bytes: int | None = None
+    """GPU memory in use at its highest over the level's window, each of the engine's GPUs'
+    peak summed (stored telemetry); None where none was stored."""
+    kv_cache_peak: float | None = None
+    """The engine's KV-cache usage (0-1) at its highest over the window; None where the
+    engine reported none or no telemetry was stored."""
 
     @property
     def j_per_token(self) -> float | None:

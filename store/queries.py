@@ -164,6 +164,13 @@ def compare(
             s = lr.summary
             util, power, joules = s.mean_gpu_util_pct, s.mean_power_w, s.energy_j
             source = "loadgen" if joules is not None else None
+            mem_peak, kv_peak = (
+                energy.window_peaks(
+                    conn, run.node, run.deployment_id, s.started_at, s.ended_at, gpus
+                )
+                if run.node
+                else (None, None)
+            )
             if run.node and (joules is None or util is None or power is None):
                 t_util, t_power, t_energy = energy.level_window(
                     conn, run.run_id, run.node, s, gpus, cached, now, cache_out
@@ -196,6 +203,8 @@ def compare(
                     energy_j=joules,
                     energy_source=source,
                     failures_by_kind=dict(s.failures_by_kind),
+                    peak_gpu_mem_bytes=mem_peak,
+                    kv_cache_peak=kv_peak,
                 )
             )
     warnings = (*differences(runs), *workload_gaps(summaries))

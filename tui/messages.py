@@ -8,6 +8,7 @@ from textual.message import Message
 
 from agents.protocol import EngineInfo
 from alerts import Alert
+from control.report_data import Report
 from runs.events import ProgressEvent
 from store import Comparison, LevelRow, RunInfo
 
@@ -66,9 +67,11 @@ class LevelsLoaded(Message, bubble=False):
 
 @dataclass
 class ComparisonLoaded(Message, bubble=False):
-    """The comparison of the picked runs (None: nothing picked)."""
+    """The comparison of the picked runs (None: nothing picked), and its report (every
+    level's figures with cost: the levels table and the HTML export)."""
 
     comparison: Comparison | None
+    report: Report | None = None
 
 
 @dataclass

@@ -121,6 +121,8 @@ def _store_values(row: ComparisonRow, st: Store) -> dict[str, float | None]:
         "failure_rate": row.failure_rate,
         "goodput_req_s": s.goodput_req_s,
         "gpu_util_pct": row.mean_gpu_util_pct,
+        "gpu_mem_peak": row.peak_gpu_mem_bytes,
+        "kv_peak": row.kv_cache_peak,
         "power_w": row.mean_power_w,
         "tok_per_j": row.tok_per_j,
         "cost_m_tok": PRICE_PER_HOUR / (3600 * row.output_tok_s) * 1e6,
@@ -145,7 +147,8 @@ def _check_tables(page: Page, st: Store, run_ids: list[str]) -> None:
             assert cell.value is None and cell.text == "n/a", cell
             continue
         assert cell.value == pytest.approx(want, rel=1e-12), cell
-        scale = {"failure_rate": 100.0}.get(cell.metric, 1000.0 if "_p" in cell.metric else 1.0)
+        scales = {"failure_rate": 100.0, "kv_peak": 100.0, "gpu_mem_peak": 2.0**-30}
+        scale = scales.get(cell.metric, 1000.0 if "_p" in cell.metric else 1.0)
         digits = len(cell.text.split(".")[1]) if "." in cell.text else 0
         assert _shown(cell.text) == pytest.approx(want * scale, abs=0.51 * 10**-digits), cell
     assert set(seen) == set(rows)  # every level of every run, every column

@@ -139,6 +139,20 @@ def test_compare_seed_table(snap_compare: Any, seed_store: Any) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=lambda p: open_compare(p, app))
 
 
+def test_compare_levels(snap_compare: Any, seed_store: Any) -> None:
+    """``l``: every level of every run (latency, failures, GPU, energy, cost) beside the
+    curves; the seed runs have no GPU telemetry, so those columns say n/a."""
+    app = frozen_app(frozen_services(store=seed_store))
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await open_compare(pilot, app)
+        await pilot.press("l")
+        await wait_rows(pilot, app.screen.query_one("#compare-levels", DataTable), 35)
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
 def test_compare_at_80x24(snap_compare: Any, seed_store: Any) -> None:
     """An operator's SSH terminal: the table scrolls sideways, both curves still plot."""
     app = frozen_app(frozen_services(store=seed_store))

@@ -13,10 +13,17 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from control.compare_view import Curve, comparison_curves, comparison_table
+from control.compare_view import (
+    CompareTable,
+    Curve,
+    comparison_curves,
+    comparison_table,
+    levels_table,
+)
 from control.exporting import export_comparison
+from control.report_data import report_of
 from control.services import describe_error
-from store import RunInfo
+from store import Comparison, RunInfo
 from store.labels import base_label
 from tui.charts import Chart, ChartData, series_of
 from tui.messages import ComparisonLoaded, RunsLoaded
@@ -48,12 +55,15 @@ class CompareScreen(RunsScreen):
         Binding("m", "export('md')", "Export md"),
         Binding("c", "export('csv')", "Export csv"),
         Binding("j", "export('json')", "Export json"),
+        Binding("h", "export('html')", "Report"),
+        Binding("l", "toggle_levels", "Levels"),
     ]
 
     def body(self) -> ComposeResult:
         yield Static("", id="startup", classes="hidden")
         yield Static("Comparison", classes="section", id="compare-title")
         yield DataTable(id="compare-table", cursor_type="row")
+        yield DataTable(id="compare-levels", cursor_type="row", classes="hidden")
         with Horizontal(id="compare-lower"):
             with Vertical(id="compare-pick"):
                 yield Static("Runs (space picks)", classes="section", id="pick-title")
@@ -62,6 +72,13 @@ class CompareScreen(RunsScreen):
             yield Chart(id="curve-ttft")
         self._runs: list[RunInfo] = []
         self._picked_once = False
+        self._show_levels = False
+        self._views: tuple[Comparison | None, CompareTable | None, CompareTable | None] = (
+            None,
+            None,
+            None,
+        )
+        """The comparison shown, its summary and its levels table."""
 
     def on_runs_loaded(self, message: RunsLoaded) -> None:
         runs = message.runs
@@ -107,36 +124,40 @@ class CompareScreen(RunsScreen):
         if not run_ids or store is None:
             self.post_message(ComparisonLoaded(None))
             return
+        prices = self.top.config.prices
         try:
             comparison = await asyncio.to_thread(store.compare, run_ids)
+            report = await asyncio.to_thread(report_of, store, comparison, prices)
         except Exception as exc:
             self.notify(f"cannot compare: {describe_error(exc)}", severity="error")
             return
-        self.post_message(ComparisonLoaded(comparison))
+        self.post_message(ComparisonLoaded(comparison, report))
 
     def on_comparison_loaded(self, message: ComparisonLoaded) -> None:
-        table = self.query_one("#compare-table", DataTable)
+        comparison, report = message.comparison, message.report
+        summary = None if comparison is None else comparison_table(comparison)
+        levels = None if report is None else levels_table(report)
+        _fill(self.query_one("#compare-table", DataTable), summary)
+        _fill(self.query_one("#compare-levels", DataTable), levels)
+        self._views = (comparison, summary, levels)
+        self._show_title()
+        self._draw_curves([] if comparison is None else comparison_curves(comparison))
+
+    def _show_title(self) -> None:
+        comparison, summary, levels = self._views
         title = self.query_one("#compare-title", Static)
-        comparison = message.comparison
-        if comparison is None:
-            table.clear(columns=True)
+        if comparison is None or summary is None:
             title.update("Comparison: pick two or more runs on the left (space)")
-            self._draw_curves([])
             return
-        view = comparison_table(comparison)
-        table.clear(columns=True)
-        table.add_columns(*view.columns)
-        for key, cells in view.rows:
-            table.add_row(*cells, key=key)
+        shown = levels if self._show_levels and levels is not None else summary
         simulated = any(r.simulated for r in comparison.runs)
         title.update(
-            f"{len(view.rows)} runs"
-            + (f" ({view.unfinished} without a finished level)" if view.unfinished else "")
-            + f": {view.title}"
+            f"{len(summary.rows)} runs"
+            + (f" ({summary.unfinished} without a finished level)" if summary.unfinished else "")
+            + f": {shown.title}"
             + ("  [simulated engines]" if simulated else "")
             + "".join(f"\nwarning: {warning}" for warning in comparison.warnings)
         )
-        self._draw_curves(comparison_curves(comparison))
 
     def _draw_curves(self, curves: list[Curve]) -> None:
         for plot_id, title, ys, ylabel in CURVE_CHARTS:
@@ -151,14 +172,33 @@ class CompareScreen(RunsScreen):
                 )
             )
 
+    def action_toggle_levels(self) -> None:
+        """The summary (the seed's table) or every level of every run, in the same place."""
+        self._show_levels = not self._show_levels
+        self.query_one("#compare-table").set_class(self._show_levels, "hidden")
+        self.query_one("#compare-levels").set_class(not self._show_levels, "hidden")
+        self._show_title()
+
     def action_export(self, fmt: str) -> None:
         self._export(list(self.query_one("#pick", SelectionList).selected), fmt)
 
     @work(group="compare-export", exit_on_error=False)
     async def _export(self, run_ids: list[str], fmt: str) -> None:
+        prices = self.top.config.prices
         try:
-            path = await asyncio.to_thread(export_comparison, self.top.services, run_ids, fmt)
+            path = await asyncio.to_thread(
+                export_comparison, self.top.services, run_ids, fmt, prices
+            )
         except Exception as exc:
             self.notify(f"export failed: {describe_error(exc)}", severity="error")
             return
         self.notify(f"exported to {path}")
+
+
+def _fill(table: DataTable[str], view: CompareTable | None) -> None:
+    table.clear(columns=True)
+    if view is None:
+        return
+    table.add_columns(*view.columns)
+    for key, cells in view.rows:
+        table.add_row(*cells, key=key)
