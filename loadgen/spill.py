@@ -15,6 +15,7 @@ each).  A level that never filled a block is sorted in memory, as before.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import mmap
 import struct
@@ -123,13 +124,11 @@ class SpilledValues:
     def _from_file(self, file: IO[bytes]) -> Percentiles:
         size = array("d").itemsize
         runs: list[tuple[int, int]] = []  # (first value, values) of each sorted block
-        total = []
         file.seek(0)
         for first in range(0, self._spilled, FINISH_BLOCK_VALUES):
             chunk = array("d")
             chunk.fromfile(file, min(FINISH_BLOCK_VALUES, self._spilled - first))
             ordered = array("d", sorted(chunk))
-            total.append(math.fsum(ordered))
             file.seek(first * size)
             ordered.tofile(file)
             runs.append((first, len(ordered)))
@@ -141,13 +140,16 @@ class SpilledValues:
                 try:
                     ranked = _Ranked(blocks, self.low, self.high)
                     points = [self._quantile(ranked, q) for q in QUANTILES]
+                    # One fsum over every value: a sum of the blocks' (each rounded)
+                    # sums can be an ulp off the exactly rounded one
+                    total = math.fsum(itertools.chain.from_iterable(blocks))
                 finally:
                     for block in blocks:
                         block.release()
             finally:
                 view.release()
         p50, p90, p95, p99, p999 = points
-        return Percentiles(p50, p90, p95, p99, p999, math.fsum(total) / self.count)
+        return Percentiles(p50, p90, p95, p99, p999, total / self.count)
 
     def _quantile(self, ranked: _Ranked, q: float) -> float:
         pos = (self.count - 1) * q

@@ -80,3 +80,10 @@ async def apoll_until(
         if time.monotonic() > deadline:
             raise _timed_out(what, timeout_s, last)
         await pause(every_s)
+
+
+PROPERTY_DEADLINE_MS = 30_000
+"""Hypothesis's deadline for one example of a property test: a bound on a hang (a
+decode or a parse that never ends), not a speed assertion. An example of a few ms took
+1.9 s on a busy 2-core box, past the 1 s deadline it had, and a deadline is exceeded
+only once for Hypothesis to fail the test."""

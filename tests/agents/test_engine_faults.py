@@ -221,9 +221,14 @@ async def test_huge_metrics_page_does_not_stall_the_agent(
             await asyncio.to_thread(probe.join)
         assert len(latencies_s) >= 10
         # a loop stalled by the parse stalls on every one of the 4 frames; one slow answer
-        # is the busy machine's scheduler, so the second slowest is what is judged
+        # is the busy machine's scheduler, so the second slowest is what is judged. The
+        # 3.5 MiB page is seconds of pure-Python parsing (1 MiB took 8 s, 3.5 MiB 56 s on
+        # the busy 2-core box), so a loop stalled by it answers seconds late, even on a box
+        # several times faster. A healthy loop shares the GIL with the parsing thread: on
+        # the busy box its answers took up to 0.42 s (0.5 s was the bound before). 2 s
+        # tells the two apart with room on both sides.
         second_slowest_s = sorted(latencies_s)[-2]
-        assert second_slowest_s < 0.5, f"/healthz took {second_slowest_s:.2f} s while scraping"
+        assert second_slowest_s < 2.0, f"/healthz took {second_slowest_s:.2f} s while scraping"
         assert len(seen) == 4, "the agent published no frames while scraping the big page"
         if over_cap:
             for sample in seen.values():

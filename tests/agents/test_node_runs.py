@@ -98,6 +98,7 @@ async def test_a_cut_connection_loses_no_record_and_stores_none_twice(
                     client.loads,
                     "the node's run to go on without us",
                     done=lambda runs: runs[0].last_seq > break_at + 10,
+                    timeout_s=180,  # a bound on a hang: a busy core is slow (see below)
                 )
                 await relay.open()
                 ends = [event async for event in run]
@@ -200,8 +201,12 @@ async def test_bench_stopped_by_sigterm_stops_its_run_on_the_node(
         stderr=asyncio.subprocess.PIPE,
     )
     try:
+        # a bound on a hang: pinned to one busy core the run had 2 events after 30 s
         runs = await apoll_until(
-            client.loads, "the run's first records", done=lambda r: r and r[0].last_seq > 20
+            client.loads,
+            "the run's first records",
+            done=lambda r: r and r[0].last_seq > 20,
+            timeout_s=180,
         )
         proc.terminate()
         _out, err = await asyncio.wait_for(proc.communicate(), 90)

@@ -24,10 +24,11 @@ from hypothesis import strategies as st
 from agents import protocol
 from agents.protocol import ProtocolError
 from telemetry.frames import PROTOCOL_VERSION, TelemetryFrame
+from tests.waiting import PROPERTY_DEADLINE_MS
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("PROP_EXAMPLES", "25")),
-    deadline=1000,  # ms per example: a decode that hangs or goes quadratic fails
+    deadline=PROPERTY_DEADLINE_MS,  # a decode that hangs fails
     suppress_health_check=[HealthCheck.too_slow],
 )
 

@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from control.config import Config, ConfigError, parse_config
+from tests.waiting import PROPERTY_DEADLINE_MS
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("PROP_EXAMPLES", "60")),
-    deadline=1000,  # ms per example
+    deadline=PROPERTY_DEADLINE_MS,
     # monkeypatch only removes INFER_TOP_DB, the same for every example
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -21,8 +21,11 @@ from engines.catalog import (
     UnsupportedOption,
     all_specs,
 )
+from tests.waiting import PROPERTY_DEADLINE_MS
 
-SETTINGS = settings(max_examples=int(os.environ.get("PROP_EXAMPLES", "80")), deadline=500)
+SETTINGS = settings(
+    max_examples=int(os.environ.get("PROP_EXAMPLES", "80")), deadline=PROPERTY_DEADLINE_MS
+)
 SPECS = all_specs()
 values = st.text(max_size=16) | st.text(st.sampled_from(sorted(ENV_UNSAFE_CHARS) + list("a '")))
 

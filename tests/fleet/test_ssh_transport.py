@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Select
 
+from control.backoff import Backoff
 from control.config import Config, load_config
 from control.model import NodeStatus
 from control.ssh_tunnel import TunnelError, TunnelState
@@ -68,7 +69,14 @@ async def test_through_an_alias_the_tui_watches_starts_an_engine_runs_a_load_and
         (handle,) = services.nodes
         assert handle.tunnel is not None and handle.url.startswith("http://127.0.0.1:")
         states: list[TunnelState] = []
-        handle.tunnel.subscribe(states.append)
+        up_at: list[float] = []  # when the tunnel came up, each time
+
+        def seen(state: TunnelState) -> None:
+            states.append(state)
+            if state.phase == "up":
+                up_at.append(time.monotonic())
+
+        handle.tunnel.subscribe(seen)
         app = create_app(config, services=services)
         async with app.run_test(size=SIZE) as pilot:
             node = app.model.nodes["lab"]
@@ -94,22 +102,26 @@ async def test_through_an_alias_the_tui_watches_starts_an_engine_runs_a_load_and
             await run_smoke_load(pilot, key, "here")
             assert "through its agent's proxy" in text_of(pilot, "#load-path")
 
-            # the ssh client dies: the tunnel redials and the frames come back within 5 s
+            # the ssh client dies: the tunnel redials at once and the frames come back
+            # within 5 s of it being up again. From the kill, a busy 2-core box adds ssh's
+            # own key exchange and login (seconds there), which is not what this is about.
             await pilot.press("1")
             pid, seq = handle.tunnel.pid, node.frame.seq if node.frame else -1
             assert pid is not None
-            killed_at = time.monotonic()
+            ups = len(up_at)
             os.kill(pid, signal.SIGKILL)
             await wait_until(
                 pilot,
                 lambda: node.frame is not None and node.frame.seq > seq and node.link_up,
                 "lab's frames again",
-                timeout_s=5,
+                timeout_s=60,
             )
-            assert time.monotonic() - killed_at < 5
+            back_at = time.monotonic()
             assert handle.tunnel.pid not in (None, pid)
             phases = [s.phase for s in states]
             assert phases[-3:] == ["retrying", "connecting", "up"], phases
+            assert states[-3].retry_in_s == Backoff().initial_s  # the first, shortest delay
+            assert len(up_at) == ups + 1 and back_at - up_at[-1] < 5
             await handle.client.stop(engine.id)
         (run,) = services.store.list_runs() if services.store else ()
     assert run.status == "completed" and run.profile["placement"]["path"] == "proxied"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loadgen import ClosedLoop, LevelFinished, LoadSpec, Target, Workload, run_load, spill
@@ -24,6 +24,8 @@ FAST = ("--ttft-ms", "2", "--ttft-spread-ms", "3", "--itl-ms", "1")
 
 
 @settings(max_examples=60, deadline=None)
+# CI's derandomized run found it: the blocks' own (rounded) sums summed were an ulp off
+@example(values=[0.0, 0.0, 0.0, 0.0, 1.0, -48577.0, -999999.4050547386], block=1, finish_block=5)
 @given(
     st.lists(
         st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_subnormal=True),

@@ -23,10 +23,11 @@ from hypothesis import strategies as st
 
 from loadgen.openai_stream import ClientLimits, StreamClient, StreamState, build_body
 from runs.records import ErrorKind
+from tests.waiting import PROPERTY_DEADLINE_MS
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("PROP_EXAMPLES", "40")),
-    deadline=2000,  # ms per example, a local round trip included: a parse never hangs
+    deadline=PROPERTY_DEADLINE_MS,  # a local round trip included: a parse never hangs
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 

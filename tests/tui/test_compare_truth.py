@@ -83,7 +83,14 @@ async def test_compare_flags_different_workloads_and_labels_every_run_apart(
 
         await pilot.press("m")
         exports = tmp_path / "exports"
-        await wait_until(pilot, lambda: any(exports.glob("*.md")), "the markdown export")
+
+        def exported() -> bool:
+            # The file is there once the export's thread opened it, and written once the
+            # export's worker is done: read before, a busy box can show it empty.
+            exporting = any(w.group == "compare-export" and not w.is_finished for w in app.workers)
+            return any(exports.glob("*.md")) and not exporting
+
+        await wait_until(pilot, exported, "the markdown export")
         markdown = next(exports.glob("*.md")).read_text()
     tables = [t for t in markdown.split("\n\n") if t.startswith("| ")]
     for level in tables:
