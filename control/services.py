@@ -19,7 +19,7 @@ from agents.client import AgentError
 from control.backoff import Backoff
 from control.loads import LoadRunner
 from control.nodes import NodeHandle
-from store import Store
+from store import Store, StoreWriteError
 
 Report = Callable[[str, float | None, bool], None]
 
@@ -42,9 +42,16 @@ class Services:
     """Slow start-up work the app runs in a worker (the demo's precomputed runs);
     it reports progress as (text, fraction 0-1 or None, done)."""
     exit_stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    store_error_listeners: list[Callable[[StoreWriteError], None]] = field(default_factory=list)
+    """Told of each failed store write, on the store writer's thread (the TUI shows it)."""
 
     def node(self, name: str) -> NodeHandle | None:
         return next((n for n in self.nodes if n.name == name), None)
+
+    def report_store_error(self, error: StoreWriteError) -> None:
+        """The store's ``on_error``: rows could not be written (a full disk)."""
+        for listener in self.store_error_listeners:
+            listener(error)
 
     async def aclose(self) -> None:
         await self.exit_stack.aclose()

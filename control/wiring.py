@@ -65,7 +65,7 @@ async def build_services(
     """Services for ``config``; everything started here is stopped on exit."""
     services = Services()
     async with services.exit_stack:
-        store = open_store(config.db_path)
+        store = open_store(config.db_path, on_error=services.report_store_error)
         services.exit_stack.callback(store.close)
         services.store = store
         services.load_runner = run_load

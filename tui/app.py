@@ -24,6 +24,7 @@ from control.services import Report, Services, describe_error
 from control.ssh_tunnel import SshTunnel, TunnelState
 from control.wiring import join_node
 from runs.events import RunEvent
+from store import StoreWriteError
 from telemetry import TelemetryFrame
 from tui import guard
 from tui.fasttable import FastTable
@@ -108,6 +109,10 @@ class InferTopApp(App[int]):
         self._refresh_timer: Timer | None = None
         self._arrivals: list[float] = []
         self._recording: Counter[str] = Counter()
+        self.store_problem: str | None = None
+        """The store's last write failure while rows wait to be written: every screen
+        shows it (the writer only logs it, and a log is not where an operator looks)."""
+        self._store_listener: Callable[[StoreWriteError], None] | None = None
         for mode, screen in SCREENS_BY_MODE.items():
             # the screen gets the app as its ScreenHost: no screen imports this module
             self.add_mode(mode, partial(screen, self))
@@ -125,6 +130,14 @@ class InferTopApp(App[int]):
     # -- start-up -------------------------------------------------------------
 
     async def on_mount(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def store_error(error: StoreWriteError) -> None:
+            # on the store writer's thread: never block it (call_from_thread would wait)
+            loop.call_soon_threadsafe(self._store_failed, str(error))
+
+        self._store_listener = store_error
+        self.services.store_error_listeners.append(store_error)
         await self.switch_mode("fleet")
         self.set_interval(NODE_CHECK_S, self.check_nodes)
         for node in self.services.nodes:
@@ -224,9 +237,22 @@ class InferTopApp(App[int]):
         self._notify_fleet()
 
     def check_nodes(self) -> None:
-        """The node rule: nodes whose frames stopped (also run by the tests)."""
+        """The node rule: nodes whose frames stopped (also run by the tests); and the
+        store's write failure, until every row it held is written."""
         if self.alerts.observe_nodes(self.model):
             self._notify_fleet()
+        store = self.services.store
+        if self.store_problem is not None and store is not None and store.unsaved == 0:
+            self.store_problem = None
+            self.notify("the store writes again: every held row is written")
+            self._notify_fleet()
+
+    def _store_failed(self, problem: str) -> None:
+        """Rows could not be written: said at once, and kept on every screen until they are."""
+        if self.store_problem is None:
+            self.notify(f"runs are not being saved: {problem}", severity="error", timeout=30)
+        self.store_problem = problem
+        self._notify_fleet()
 
     def observe_run(self, node: str, engine_id: str | None, event: RunEvent) -> None:
         """A load run's progress event: alerts link to the run, its failures alert."""
@@ -238,6 +264,8 @@ class InferTopApp(App[int]):
             self._notify_fleet()
 
     def on_unmount(self) -> None:
+        if self._store_listener in self.services.store_error_listeners:
+            self.services.store_error_listeners.remove(self._store_listener)
         self.alerts.close()
         gc.unfreeze()  # an app run inside a longer process (the tests) leaves its heap collectable
 

@@ -43,7 +43,12 @@ class LoadFinished(Message):
     error: str | None
     """Why the run did not complete, in words."""
     status: str | None
-    """How the run was stored (completed, failed, interrupted); None: nothing was."""
+    """How the run was stored (completed, failed, interrupted, or UNSAVED); None: nothing
+    was."""
+
+
+UNSAVED = "unsaved"
+"""A LoadFinished status: the store could not write all of the run (a full disk)."""
 
 
 @dataclass

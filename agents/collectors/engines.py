@@ -137,6 +137,13 @@ class EngineScraper:
         except TimeoutError:
             self._late.add(dep.id)
             result = Scrape(error=f"no complete scrape within {self.timeout_s:g} s")
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # the caller itself is cancelled
+            # forget() ended the scrape (the engine was stopped while its page was awaited):
+            # the frame goes on without it; a CancelledError here ended the agent's sampler
+            # for good, and with it every frame after (found by benchmarks/soak.py)
+            return Scrape(error="the scrape was ended: the engine is stopping")
         else:
             self._late.discard(dep.id)
         # An engine still loading has no page yet: no fault, so no error counted.

@@ -133,3 +133,35 @@ async def test_a_page_slower_than_the_deadline_reaches_the_next_frame(
             await scraper.close()
     finally:
         await runner.cleanup()
+
+
+async def test_an_engine_stopped_while_its_page_is_awaited_ends_only_its_scrape() -> None:
+    """The engine is stopped (``forget``) while the frame waits for its metrics page: the
+    frame gets "no sample" for it. The cancelled scrape's CancelledError used to escape
+    into the frame, which ended the agent's sampler: no frame ever after, on any screen."""
+    asked, never = asyncio.Event(), asyncio.Event()
+
+    async def hangs(request: web.Request) -> web.Response:
+        asked.set()
+        await never.wait()  # an engine busy past the frame's wait, then stopped
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_get("/metrics", hangs)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    dep = dep_for(f"http://127.0.0.1:{runner.addresses[0][1]}")
+    try:
+        async with aiohttp.ClientSession() as http:
+            scraper = EngineScraper(http, timeout_s=60)
+            frame = asyncio.ensure_future(scraper.sample(dep, get_spec("llamacpp")))
+            await asyncio.wait_for(asked.wait(), 30)
+            scraper.forget(dep.id)  # the engine's stop, as the manager does it
+            result = await asyncio.wait_for(frame, 30)
+            assert result.sample is None and result.error is not None
+            assert "the engine is stopping" in result.error
+            await scraper.close()
+    finally:
+        never.set()
+        await runner.cleanup()

@@ -16,6 +16,7 @@ from control.services import Services
 from store import open_store
 from telemetry import EngineTelemetry, TelemetryFrame
 from tests.tui.replay_frames import ReplayNode
+from tests.tui.tmux import tmux  # noqa: F401 (a fixture: a real terminal)
 from tui.app import InferTopApp, create_app
 
 EPOCH = 1_796_048_940.0

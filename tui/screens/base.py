@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
+from rich.markup import escape
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -49,6 +50,9 @@ class ScreenHost(Protocol):
 
     selected_node: str | None
     """The node the Node screen shows (and the Engines screen offers first)."""
+
+    store_problem: str | None
+    """Why the store cannot write now (a full disk), else None."""
 
     def open_node(self, name: str) -> None: ...
 
@@ -99,12 +103,16 @@ class BaseScreen(Screen[None]):
         super().__init__()
         self.top = top
         self._shown_badge = (0, False)
+        self._shown_store_problem: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(self._tabs(), id="tabs")
         banner = self.top.services.banner
         if banner:
             yield Static(banner, id="banner")
+        problem = Static("", id="store-error")
+        problem.display = False
+        yield problem
         yield from self.body()
         yield Footer()
 
@@ -138,6 +146,12 @@ class BaseScreen(Screen[None]):
         """Redraw the tabs line when the alerts badge changed (every redraw asks)."""
         if self._badge() != self._shown_badge:
             self.query_one("#tabs", Static).update(self._tabs())
+        problem = self.top.store_problem
+        if problem != self._shown_store_problem:
+            self._shown_store_problem = problem
+            line = self.query_one("#store-error", Static)
+            line.update(f"store: {escape(problem)}" if problem else "")
+            line.display = problem is not None
 
     def refresh_fleet(self) -> None:
         """Redraw from the fleet model (called at most every refresh_s)."""

@@ -42,11 +42,12 @@ from control.services import describe_error
 from loadgen.report import level_label
 from runs.events import LevelFinished, LevelProgress, LevelStarted, RunStarted
 from runs.records import LevelSummary, failures_sampled, failures_text, token_deviations
+from store import StoreWriteError
 from store.recorder import RunRecorder
 from telemetry import EngineTelemetry
 from tui.charts import Chart, ChartData, Series
 from tui.fasttable import Cell
-from tui.messages import LoadFinished, LoadProgress, RunsChanged
+from tui.messages import UNSAVED, LoadFinished, LoadProgress, RunsChanged
 from tui.profile_form import ProfileEdit, ProfileForm
 from tui.screens.base import BaseScreen
 from tui.screens.shared import Confirm
@@ -315,7 +316,11 @@ class LoadScreen(BaseScreen):
         finally:
             self.top.record_telemetry(request.node, False)
         if services.store is not None:
-            await asyncio.to_thread(services.store.flush)
+            try:
+                await asyncio.to_thread(services.store.flush)
+            except StoreWriteError as exc:  # a full disk: the run is not all in the store
+                self.post_message(LoadFinished(recorder.run_id, str(exc), UNSAVED))
+                return
         self.post_message(LoadFinished(recorder.run_id, recorder.reason, recorder.status))
 
     def action_cancel_run(self) -> None:
@@ -411,6 +416,11 @@ class LoadScreen(BaseScreen):
         saved = f" (run {message.run_id} saved)" if message.run_id else ""
         if message.status is None and message.error is None:
             status.update(f"[yellow]load test {self._stop_reason}: nothing was saved[/]")
+        elif message.status == UNSAVED:
+            status.update(
+                f"[bold red]load test ended, but run {message.run_id} is only partly in the "
+                f"store: {escape(message.error or '')}[/]"
+            )
         elif message.status == "interrupted":
             kept = self._finished()
             status.update(

@@ -1,0 +1,247 @@
+"""The soak: the agent and the TUI for 20 minutes with engines starting and stopping and
+load running; do memory, descriptors, tasks and the store stay flat?
+
+``python -m benchmarks.soak [--minutes 20] [--json out.json]``
+
+* An agent process (the agent's own server, ``agents.embedded``, replayed H200 GPUs at
+  1 Hz) on 127.0.0.1, in a process of its own so that its figures are its own.
+* The TUI in this process, headless (Textual's Pilot), from a config file naming that
+  agent, with its store (SQLite) in a scratch directory.
+* Over and over: a simulated engine is started through the agent, the Load screen runs
+  its ``smoke`` profile against it (2 levels x 4 requests, recorded with the node's
+  telemetry), and the engine is stopped again.
+* Every minute: the TUI process's and the agent process's resident memory (RSS), open
+  file descriptors and asyncio tasks, and the store's size on disk (file + WAL).
+
+The table printed at the end goes to docs/benchmarks.md; "flat" is judged from minute 2
+(start-up done: imports, screens, first run) to the last minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+SIM_PROFILE = "h100-llama2-7b-vllm"
+NODE = "soak-node"
+STATS_EVERY_S = 5.0
+"""How often the agent process writes its own figures for the driver to read."""
+
+
+def process_figures(pid: int | str = "self") -> dict[str, float]:
+    """RSS (MiB) and open descriptors of a process, from /proc."""
+    rss_kib = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss_kib = int(line.split()[1])
+    return {"rss_mib": rss_kib / 1024, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+# -- the agent process -----------------------------------------------------------------
+
+
+async def serve_agent(workdir: Path) -> None:
+    from agents.embedded import embedded_agent, embedded_config
+
+    cfg = embedded_config(
+        platform="replay", replay_gpus=2, node_name=NODE, state_dir=workdir / "agent",
+        adopt_on_start=False,
+    )  # fmt: skip
+    async with embedded_agent(cfg) as (url, token):
+        token_file = workdir / "agent.token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+        (workdir / "config.toml").write_text(
+            f'[[nodes]]\nname = "{NODE}"\nurl = "{url}"\ntoken_file = "{token_file}"\n'
+        )
+        stats = workdir / "agent-stats.json"
+        while not (workdir / "STOP").exists():
+            figures = process_figures() | {"tasks": len(asyncio.all_tasks())}
+            tmp = stats.with_suffix(".tmp")
+            tmp.write_text(json.dumps(figures))
+            tmp.replace(stats)  # the driver never reads half a file
+            await asyncio.sleep(STATS_EVERY_S)
+
+
+# -- the TUI and the driver ------------------------------------------------------------
+
+
+def store_mib(db: Path) -> float:
+    files = (db, db.with_name(db.name + "-wal"))
+    return sum(f.stat().st_size for f in files if f.exists()) / 2**20
+
+
+async def soak(workdir: Path, minutes: int, minute_s: float) -> dict[str, Any]:
+    from textual.widgets import Select
+
+    from control.config import load_config
+    from control.model import NodeStatus
+    from control.wiring import build_services
+    from tests.tui.helpers import wait_until
+    from tui.app import create_app
+
+    config = replace(load_config(workdir / "config.toml"), db_path=workdir / "runs.db")
+    samples: list[dict[str, Any]] = []
+    counts = {"engines": 0, "runs": 0, "stopped": 0, "not_offered": 0}
+    async with build_services(config) as services:
+        app = create_app(config, services=services)
+        client: Any = services.nodes[0].client
+        store: Any = services.store
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: app.model.nodes[NODE].status is NodeStatus.OK, "agent")
+            started = time.monotonic()
+
+            node = app.model.nodes[NODE]
+
+            def sample() -> None:
+                agent = json.loads((workdir / "agent-stats.json").read_text())
+                samples.append(
+                    {
+                        "minute": len(samples),
+                        "tui": process_figures() | {"tasks": len(asyncio.all_tasks())},
+                        "agent": agent,
+                        "store_mib": store_mib(config.db_path),
+                        "runs": counts["runs"],
+                        # how old the newest frame the TUI holds is: a frozen stream shows
+                        "frame_age_s": services.clock() - (node.last_frame_at or 0.0),
+                        "loadavg_1m": os.getloadavg()[0],
+                    }
+                )
+                print(json.dumps(samples[-1]), flush=True)
+
+            async def every_minute() -> None:
+                while len(samples) <= minutes:
+                    await asyncio.sleep(started + minute_s * len(samples) - time.monotonic())
+                    sample()
+
+            sample()
+            sampler = asyncio.create_task(every_minute())
+            await pilot.press("4")
+            while len(samples) <= minutes:
+                engine = await client.start("sim", {"profile": SIM_PROFILE}, [0], runtime="sim")
+                counts["engines"] += 1
+                key = f"{NODE}/{engine.id}"
+                screen: Any = app.screen
+                offered = partial(lambda k, s: k in s.target_keys, key, screen)
+                try:
+                    await wait_until(pilot, offered, "the engine", 120)
+                except AssertionError as exc:  # said and counted; the soak goes on
+                    counts["not_offered"] += 1
+                    shown = [(n, e.id, e.health, e.url) for n, e in app.model.engines()]
+                    said = f"node {node.status} {node.error}, engines shown {shown}"
+                    print(f"{exc}: {key}; screen {type(screen).__name__}, {said}", flush=True)
+                    await client.stop(engine.id)
+                    continue
+                screen.query_one("#target", Select).value = key
+                screen.query_one("#profile", Select).value = "smoke"
+                await pilot.pause()
+                before = len(store.list_runs())
+                screen.action_run()
+                ended = partial(
+                    lambda s, n: s.running_target is None and len(store.list_runs()) > n,
+                    screen,
+                    before,
+                )
+                await wait_until(pilot, ended, "the run to end", 300)
+                counts["runs"] += 1
+                stopped = await client.stop(engine.id)
+                counts["stopped"] += stopped.state in ("stopped", "exited")
+            await sampler
+        statuses = sorted({r.status for r in store.list_runs()})
+        counts["engines_left"] = len(await client.engines())
+    return {"samples": samples, "statuses": statuses, **counts}
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [
+        "| minute | TUI RSS MiB | TUI fds | TUI tasks | agent RSS MiB | agent fds | "
+        "agent tasks | store MiB | runs | frame age s | load 1m |",
+        "|" + "---|" * 11,
+    ]
+    for s in result["samples"]:
+        t, a = s["tui"], s["agent"]
+        rows.append(
+            f"| {s['minute']} | {t['rss_mib']:.1f} | {t['fds']} | {t['tasks']} | "
+            f"{a['rss_mib']:.1f} | {a['fds']} | {a['tasks']} | {s['store_mib']:.2f} | "
+            f"{s['runs']} | {s['frame_age_s']:.1f} | {s['loadavg_1m']:.1f} |"
+        )
+    return "\n".join(rows)
+
+
+def growth(result: dict[str, Any], first: int = 2) -> dict[str, float]:
+    """Each figure's change from minute ``first`` to the last minute."""
+    a, b = result["samples"][first], result["samples"][-1]
+    out = {f"{who} {k}": b[who][k] - a[who][k] for who in ("tui", "agent") for k in a[who]}
+    out["store_mib"] = b["store_mib"] - a["store_mib"]
+    out["runs"] = b["runs"] - a["runs"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--minutes", type=int, default=20)
+    p.add_argument("--json", type=Path, help="also write the samples here")
+    p.add_argument("--agent", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--minute-s", type=float, default=60.0, help=argparse.SUPPRESS)  # a quick try
+    args = p.parse_args(argv)
+    if args.agent:
+        asyncio.run(serve_agent(args.agent))
+        return 0
+    if args.minutes < 3:
+        p.error("--minutes must be at least 3 (growth is judged from minute 2)")
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        workdir = Path(tmp)
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.soak", "--agent", str(workdir)],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not (workdir / "agent-stats.json").exists():
+                if agent.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the agent process did not start")
+                time.sleep(0.2)
+            result = asyncio.run(soak(workdir, args.minutes, args.minute_s))
+        finally:
+            (workdir / "STOP").write_text("stop")
+            try:
+                agent.wait(30)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+    result["machine"] = f"{platform.node()}: {platform.processor() or platform.machine()}, " \
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}"  # fmt: skip
+    result["growth_2_to_end"] = growth(result)
+    print(table(result))
+    said = (
+        "engines",
+        "not_offered",
+        "stopped",
+        "engines_left",
+        "runs",
+        "statuses",
+        "growth_2_to_end",
+    )
+    print(json.dumps({k: result[k] for k in said}))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
