@@ -301,7 +301,9 @@ class InferTopApp(App[int]):
         self._last_refresh = asyncio.get_running_loop().time()
         if not self.is_running or not self._screen_stacks.get(self.current_mode):
             return
-        if isinstance(self.screen, BaseScreen):  # not the help page over it
+        # not the help page over it, nor a screen still composing its widgets (a frame
+        # can arrive between a push and the new screen's mount)
+        if isinstance(self.screen, BaseScreen) and self.screen.is_mounted:
             self.screen.refresh_header()
             self.screen.refresh_fleet()
         if self.redraw_listeners:

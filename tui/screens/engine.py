@@ -169,6 +169,9 @@ class EngineScreen(BaseScreen):
     def refresh_fleet(self) -> None:
         model = self.top.model
         select = self.query_one("#node", Select)
+        if not select.is_mounted:  # its option list is composed when it mounts
+            self.call_after_refresh(self.refresh_fleet)
+            return
         names = list(model.nodes)
         if self._node_names != names:
             self._node_names = names

@@ -151,6 +151,9 @@ class LoadScreen(BaseScreen):
     def refresh_fleet(self) -> None:
         targets = self._targets()
         select = self.query_one("#target", Select)
+        if not select.is_mounted:  # its option list is composed when it mounts
+            self.call_after_refresh(self.refresh_fleet)
+            return
         keys = sorted(targets)
         if self.target_keys != keys:
             current = select.value

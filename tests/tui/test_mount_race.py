@@ -1,0 +1,30 @@
+"""A frame that arrives while a screen is still being built: the redraw it asks for must
+wait for the screen's widgets, never query half-built ones (seen on a loaded machine as
+``NoMatches: SelectOverlay`` from the Engines screen's node picker, which ended the TUI)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import Select
+
+from tests.tui.conftest import SIZE, engines_at_load, fleet_frames, frozen_app
+from tests.tui.helpers import wait_until
+
+
+async def test_a_redraw_while_a_screen_mounts_waits_for_its_widgets() -> None:
+    app = frozen_app()
+    async with app.run_test(size=SIZE) as pilot:
+        for frame in fleet_frames("h200-0", 2, range(3), engines_at_load()):
+            app.ingest("h200-0", frame)
+        for mode, picker in (("engines", "#node"), ("load", "#target")):
+            switching = asyncio.ensure_future(app.switch_mode(mode))
+            for _ in range(50):  # a redraw at every turn of the loop while it mounts
+                app.redraw_now()
+                await asyncio.sleep(0)
+            await switching
+            await wait_until(pilot, lambda m=mode: app.current_mode == m, f"the {mode} screen")
+            select = app.screen.query_one(picker, Select)
+            await wait_until(pilot, lambda s=select: isinstance(s.value, str), "a pick")
+            assert app.is_running
+        assert "h200-0" in str(app.screen.query_one("#target", Select).value)
