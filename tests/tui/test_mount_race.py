@@ -23,8 +23,8 @@ async def test_a_redraw_while_a_screen_mounts_waits_for_its_widgets() -> None:
                 app.redraw_now()
                 await asyncio.sleep(0)
             await switching
-            await wait_until(pilot, lambda m=mode: app.current_mode == m, f"the {mode} screen")
-            select = app.screen.query_one(picker, Select)
-            await wait_until(pilot, lambda s=select: isinstance(s.value, str), "a pick")
+            await wait_until(pilot, lambda: app.current_mode == mode, f"the {mode} screen")
+            select: Select[str] = app.screen.query_one(picker, Select)
+            await wait_until(pilot, lambda: isinstance(select.value, str), "a pick")
             assert app.is_running
         assert "h200-0" in str(app.screen.query_one("#target", Select).value)
