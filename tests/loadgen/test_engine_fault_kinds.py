@@ -17,8 +17,12 @@ from aiohttp import web
 from loadgen import ClosedLoop, ErrorKind, LoadSpec, MemorySink, Target, Workload, run_load
 from tests.loadgen.conftest import Handler
 
-STALL_S = 0.5
-REQUEST_TIMEOUT_S = 2.0
+STALL_S = 1.0
+REQUEST_TIMEOUT_S = 3.0
+KEEP_ALIVE_S = STALL_S / 20
+"""The trickle's comment interval: far inside the stall timeout, so a stand-in whose loop
+(the test's own) is held up for most of a second by a busy machine still trickles, and
+the trickle is judged by the request timeout, as meant."""
 
 
 def _event(obj: object) -> bytes:
@@ -71,7 +75,7 @@ async def faulty_engine(
             resp = await _stream(request, ROLE)
             while not released.is_set():
                 await resp.write(b": keep-alive\n\n")
-                await asyncio.sleep(STALL_S / 5)
+                await asyncio.sleep(KEEP_ALIVE_S)
         elif fault == "garbage":
             return web.Response(body=b"\x00\xff<html>oops</html>\n\n", content_type="text/plain")
         elif fault == "garbage_event":
