@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from alerts.config import AlertConfig
@@ -43,12 +43,14 @@ class AlertEngine:
 
     def __init__(self, config: AlertConfig, run_of: RunOf | None = None) -> None:
         self.config = config
-        self._tracks: dict[Key, _Track] = {}
+        self._tracks: dict[str, dict[Key, _Track]] = {}
+        """By node: a frame's update looks at its own node's conditions only (a fleet of
+        256 nodes sends 256 frames a second; scanning every node's at each was quadratic)."""
         self._run_of = run_of or (lambda node, engine: None)
 
     @property
     def active(self) -> list[Alert]:
-        alerts = [t.alert for t in self._tracks.values() if t.alert is not None]
+        alerts = [t.alert for t in self._all_tracks() if t.alert is not None]
         return sorted(alerts, key=lambda a: a.raised_at)
 
     def update(
@@ -69,8 +71,8 @@ class AlertEngine:
             change = self._holds(obs, now)
             if change is not None:
                 changes.append(change)
-        for key, track in list(self._tracks.items()):
-            mine = key[1] == node and key[0] in rules and target in (None, key[2])
+        for key, track in list(self._tracks.get(node, {}).items()):
+            mine = key[0] in rules and target in (None, key[2])
             if mine and key not in seen:
                 change = self._gone(key, track, now)
                 if change is not None:
@@ -78,15 +80,21 @@ class AlertEngine:
         return changes
 
     def acknowledge(self, alert_id: str, now: float) -> Change | None:
-        for track in self._tracks.values():
+        for track in self._all_tracks():
             alert = track.alert
             if alert is not None and alert.id == alert_id and alert.acked_at is None:
                 track.alert = dataclasses.replace(alert, acked_at=now)
                 return Change(track.alert, "acknowledged")
         return None
 
+    def _all_tracks(self) -> Iterator[_Track]:
+        return (track for tracks in self._tracks.values() for track in tracks.values())
+
     def _holds(self, obs: Observation, now: float) -> Change | None:
-        track = self._tracks.setdefault(obs.key, _Track())
+        tracks = self._tracks.setdefault(obs.node, {})
+        track = tracks.get(obs.key)
+        if track is None:
+            track = tracks[obs.key] = _Track()
         track.gone_since = None
         if track.alert is not None:
             return None
@@ -115,7 +123,10 @@ class AlertEngine:
             track.gone_since = now
         if now - track.gone_since < self.config.rule(key[0]).hold_s:
             return None
-        del self._tracks[key]
+        tracks = self._tracks[key[1]]
+        del tracks[key]
+        if not tracks:
+            del self._tracks[key[1]]
         if track.alert is None:
             return None
         cleared = dataclasses.replace(track.alert, cleared_at=now)

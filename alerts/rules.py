@@ -66,7 +66,7 @@ class FrameRules:
 
     def _gpu(self, node: str, gpu: GpuSample) -> Iterator[Observation]:
         mask = gpu.throttle_reasons or 0
-        for rule, reasons in THROTTLE_RULES.items():
+        for rule, reasons in THROTTLE_RULES.items() if mask else ():
             names = [name for bit, name in reasons if mask & bit]
             if names:
                 value = gpu.temp_c if rule == "thermal_throttled" else gpu.power_w

@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 TARGET_CPU_PCT = 15.0
+"""At 32 nodes x 8 GPUs (issue 8)."""
+TARGET_CPU_PCT_FLEET = 25.0
+"""Past 32 nodes, at up to 256 x 8 (issue 23, point 12)."""
 TARGET_LAG_MS = 250.0
 
 
@@ -149,7 +152,8 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         )
         sock = f"tui-bench-{os.getpid()}"
         try:
-            wait_file(workdir / "READY", 120)
+            # 256 agents start in about a minute on a quiet 2-core box, past 120 s on a busy one
+            wait_file(workdir / "READY", 600)
             env = f"env -u COLUMNS -u LINES TERM=xterm-256color INFER_TOP_DB={workdir}/runs.db"
             cmd = (
                 f"cd {Path.cwd()} && {env} {sys.executable} -m benchmarks.tui_bench "
@@ -215,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{r['window_s']:.0f} s measured after {args.warmup:.0f} s warm-up"
     )
     print(f"frames shown: {r['frames']} ({r['frames_per_s']:.1f}/s)")
-    ok_cpu = r["cpu_pct_of_core"] < TARGET_CPU_PCT
+    target_cpu = TARGET_CPU_PCT if args.nodes <= 32 else TARGET_CPU_PCT_FLEET
+    ok_cpu = r["cpu_pct_of_core"] < target_cpu
     ok_lag = r["lag_p99_ms"] < TARGET_LAG_MS
     print(
         f"TUI CPU: {r['cpu_pct_of_core']:.1f} % of one core "
-        f"(target < {TARGET_CPU_PCT:.0f} %) {'OK' if ok_cpu else 'MISSED'}"
+        f"(target < {target_cpu:.0f} %) {'OK' if ok_cpu else 'MISSED'}"
     )
     print(
         f"frame -> screen lag: p50 {r['lag_p50_ms']:.0f} ms, p99 {r['lag_p99_ms']:.0f} ms, "

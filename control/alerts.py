@@ -5,7 +5,8 @@ handed to the hooks.  No Textual: the TUI reads ``active`` and ``recent``."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from alerts import (
     Alert,
@@ -26,6 +27,14 @@ from telemetry import TelemetryFrame
 
 RECENT = 200
 """Cleared alerts kept in memory for the Alerts screen (the store keeps every one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ActiveView:
+    version: int
+    """``AlertCenter.version`` when it was made: every raise, clear or acknowledgement."""
+    active: tuple[Alert, ...]
+    marks: Mapping[str, Mapping[str, tuple[Alert, ...]]]
 
 
 class AlertCenter:
@@ -49,25 +58,34 @@ class AlertCenter:
         self._watch_started: dict[str, float] = {}
         self.version = 0
         """Bumped on every change: screens redraw their alert marks when it moves."""
+        self._active_view = _ActiveView(self.version, (), {})
 
     # -- what the screens read ------------------------------------------------
 
     @property
     def active(self) -> list[Alert]:
-        return self.engine.active
+        return list(self._view().active)
 
     @property
     def unacknowledged(self) -> list[Alert]:
         """The header badge's count: active and not silenced."""
-        return [a for a in self.engine.active if a.acked_at is None]
+        return [a for a in self._view().active if a.acked_at is None]
 
-    def marks(self, node: str) -> dict[str, list[Alert]]:
+    def marks(self, node: str) -> Mapping[str, tuple[Alert, ...]]:
         """Active alerts of ``node`` by target ("" the node, "gpu0", "engine ID")."""
-        out: dict[str, list[Alert]] = {}
-        for alert in self.engine.active:
-            if alert.node == node:
-                out.setdefault(alert.target, []).append(alert)
-        return out
+        return self._view().marks.get(node, {})
+
+    def _view(self) -> _ActiveView:
+        """The active alerts sorted and by node, made again only when ``version`` moved:
+        every redraw asks for every node's marks (256 nodes, 8 redraws a second)."""
+        if self._active_view.version != self.version:
+            active = tuple(self.engine.active)
+            marks: dict[str, dict[str, tuple[Alert, ...]]] = {}
+            for alert in active:
+                of_node = marks.setdefault(alert.node, {})
+                of_node[alert.target] = (*of_node.get(alert.target, ()), alert)
+            self._active_view = _ActiveView(self.version, active, marks)
+        return self._active_view
 
     # -- what feeds it --------------------------------------------------------
 

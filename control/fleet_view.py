@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 import re
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from agents.protocol import EngineInfo
 from control.model import NodeState, mem_pct
-from telemetry import EngineTelemetry, GpuSample
+from telemetry import EngineTelemetry, GpuSample, TelemetryFrame
 
 
 class SortKey(StrEnum):
@@ -34,6 +35,45 @@ class SortKey(StrEnum):
 GpuItem = tuple[NodeState, GpuSample]
 EngineItem = tuple[NodeState, EngineTelemetry]
 T = TypeVar("T")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class Item(Generic[V]):
+    """One table row: its key, what its cells are drawn from, and a version."""
+
+    key: str
+    version: object
+    """Anything that changes when the row's cells would (its node's frame)."""
+    value: V
+
+
+def frame_version(node: NodeState) -> object:
+    """What a row drawn from a node's frame changes with: that frame (its time as well as
+    its sequence: an agent that restarted counts from 1 again)."""
+    return (node.frame.seq, node.frame.ts) if node.frame else None
+
+
+class NodeRows(Generic[V]):
+    """One table's rows, made per node and again only when that node's frame changed: a
+    redraw at 256 nodes x 8 GPUs reuses its 2,048 GPU rows, making only those of the
+    nodes that sent a frame since."""
+
+    def __init__(self, rows_of: Callable[[NodeState], Iterable[tuple[str, V]]]) -> None:
+        self._rows_of = rows_of
+        self._made: dict[str, tuple[TelemetryFrame | None, list[Item[V]]]] = {}
+
+    def rows(self, nodes: Iterable[NodeState]) -> list[Item[V]]:
+        """The rows of ``nodes``, in their order."""
+        out: list[Item[V]] = []
+        for node in nodes:
+            made = self._made.get(node.name)
+            if made is None or made[0] is not node.frame:
+                version = frame_version(node)
+                made = (node.frame, [Item(k, version, v) for k, v in self._rows_of(node)])
+                self._made[node.name] = made
+            out.extend(made[1])
+        return out
 
 
 def _engines_on(node: NodeState, gpu: GpuSample) -> list[EngineTelemetry]:
@@ -83,16 +123,14 @@ def engine_value(key: SortKey, item: EngineItem) -> float | None:
     return None
 
 
-def sort_rows(
-    rows: list[tuple[str, T]], key: SortKey, value: Callable[[SortKey, T], float | None]
-) -> list[tuple[str, T]]:
-    """``rows`` (key "node/…", item, built from ``by_name``'s nodes) in ``key``'s order:
-    by node as they are, else busiest first with n/a last, ties in the node order."""
+def sort_rows(rows: list[T], key: SortKey, value: Callable[[SortKey, T], float | None]) -> list[T]:
+    """``rows`` (built from ``by_name``'s nodes) in ``key``'s order: by node as they are,
+    else busiest first by ``value`` with n/a last, ties in the node order."""
     if key is SortKey.NODE:
         return rows  # a redraw at 256 nodes must not sort 2,048 rows for nothing
 
-    def rank(row: tuple[str, T]) -> tuple[bool, float]:
-        v = value(key, row[1])
+    def rank(row: T) -> tuple[bool, float]:
+        v = value(key, row)
         return (v is None, -(v or 0.0))
 
     return sorted(rows, key=rank)

@@ -14,6 +14,7 @@ from alerts import Alert, Severity
 from control.fleet_view import (
     EngineItem,
     GpuItem,
+    Item,
     fmt_duration,
     gpus_label,
     model_label,
@@ -22,7 +23,7 @@ from control.fleet_view import (
 )
 from control.model import NodeState, fmt, fmt_bytes, gauge, mem_pct, sparkline
 from telemetry import EngineTelemetry
-from tui.fasttable import Cell, Item
+from tui.fasttable import Cell
 
 Row = tuple[str, Sequence[Cell]]
 """(key, cells) of one table row."""
@@ -239,11 +240,10 @@ def mark_row(cells: Sequence[Cell], alerts: Sequence[Alert]) -> tuple[Cell, ...]
 Marked = tuple[V, tuple[Alert, ...]]
 
 
-def with_alerts(
-    items: Sequence[Item[V]], alerts_of: Callable[[str], Sequence[Alert]], version: int
-) -> list[Item[Marked[V]]]:
-    """Table items with the active alerts of each row's key (their version moves too)."""
-    return [Item(i.key, (i.version, version), (i.value, tuple(alerts_of(i.key)))) for i in items]
+def with_alerts(item: Item[V], alerts: Sequence[Alert], version: int) -> Item[Marked[V]]:
+    """A table item with its row's active alerts (``version``: the alerts', so that the row
+    is drawn again when they change)."""
+    return Item(item.key, (item.version, version), (item.value, tuple(alerts)))
 
 
 def marked(cells: Callable[[V], tuple[Cell, ...]]) -> Callable[[Marked[V]], tuple[Cell, ...]]:

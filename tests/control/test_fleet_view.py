@@ -18,7 +18,7 @@ from control.model import NodeState
 
 def test_numbers_sort_busiest_first_and_unknown_last_never_as_zero() -> None:
     rows = [("a/1", None), ("a/2", 0.0), ("a/3", 5.0), ("b/1", 5.0)]  # by_name's order
-    ordered = sort_rows(rows, SortKey.TOK_S, lambda _key, v: v)
+    ordered = sort_rows(rows, SortKey.TOK_S, lambda _key, row: row[1])
     assert [k for k, _ in ordered] == ["a/3", "b/1", "a/2", "a/1"]
 
 

@@ -61,8 +61,8 @@ def rows(app: InferTopApp, table_id: str) -> list[dict[str, str]]:
     table = app.screen.query_one(table_id, FastTable)
     labels = [label for label, _ in table.columns]
     out = []
-    for item in table.items:
-        cells = table.cells(item.key)
+    for key in table.keys:
+        cells = table.cells(key)
         out.append({lb: getattr(c, "plain", c) for lb, c in zip(labels, cells, strict=False)})
     return out
 

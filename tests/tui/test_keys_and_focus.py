@@ -89,19 +89,19 @@ async def test_the_fleet_filter_keeps_only_the_matching_rows_of_a_node() -> None
         app.redraw_now()
         gpus = app.screen.query_one("#gpus", FastTable)
         engines = app.screen.query_one("#engines", FastTable)
-        await wait_until(pilot, lambda: len(gpus.items) == 6, "the six GPUs")
+        await wait_until(pilot, lambda: len(gpus.keys) == 6, "the six GPUs")
         await pilot.press("slash", *"ollama")
-        await wait_until(pilot, lambda: len(engines.items) == 1, "the filtered engines")
-        assert [i.key for i in engines.items] == ["h200-0/ollama-b"]
-        assert gpus.items == []  # no process of ollama-b on any GPU
+        await wait_until(pilot, lambda: len(engines.keys) == 1, "the filtered engines")
+        assert engines.keys == ["h200-0/ollama-b"]
+        assert gpus.keys == []  # no process of ollama-b on any GPU
         box = app.screen.query_one("#filter", Input)
         box.value = "vllm"
-        await wait_until(pilot, lambda: len(gpus.items) == 2, "vllm-a's two GPUs")
-        assert [i.key for i in gpus.items] == ["h200-0/0", "h200-0/1"]
-        assert [i.key for i in engines.items] == ["h200-0/vllm-a"]
+        await wait_until(pilot, lambda: len(gpus.keys) == 2, "vllm-a's two GPUs")
+        assert gpus.keys == ["h200-0/0", "h200-0/1"]
+        assert engines.keys == ["h200-0/vllm-a"]
         box.value = "h200-0"  # the node's name: every row of it
-        await wait_until(pilot, lambda: len(gpus.items) == 6, "every GPU again")
-        assert len(engines.items) == 2
+        await wait_until(pilot, lambda: len(gpus.keys) == 6, "every GPU again")
+        assert len(engines.keys) == 2
 
 
 def _healthy(engine_id: str, port: int) -> EngineTelemetry:

@@ -30,7 +30,7 @@ async def test_a_table_row_that_cannot_be_drawn_says_why_and_the_app_goes_on() -
         app.ingest("h200-0", first)
         app.redraw_now()
         table = app.screen.query_one("#gpus", FastTable)
-        await wait_until(pilot, lambda: len(table.items) == 2, "the GPU rows")
+        await wait_until(pilot, lambda: len(table.keys) == 2, "the GPU rows")
         app.ingest("h200-0", dataclasses.replace(second, gpus=(second.gpus[0], nameless)))
         app.redraw_now()
         await pilot.pause()

@@ -11,7 +11,16 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input, Static
 
 from alerts import Alert
-from control.fleet_view import SortKey, by_name, engine_value, gpu_value, sort_rows
+from control.fleet_view import (
+    Item,
+    NodeRows,
+    SortKey,
+    by_name,
+    engine_value,
+    frame_version,
+    gpu_value,
+    sort_rows,
+)
 from control.model import (
     NodeState,
     NodeStatus,
@@ -19,13 +28,15 @@ from control.model import (
     fmt_bytes,
 )
 from telemetry import EngineTelemetry, GpuSample
-from tui.fasttable import Cell, FastTable, Item
+from tui.fasttable import Cell, FastTable
 from tui.node_add import NodeAddForm
+from tui.screens.base import ScreenHost
 from tui.screens.shared import FilteredScreen
 from tui.widgets import (
     ENGINE_COLUMNS,
     GPU_COLUMNS,
     NODE_COLUMNS,
+    Marked,
     engine_cells,
     engine_items,
     gpu_cells,
@@ -91,23 +102,20 @@ def node_cells(item: NodeItem) -> tuple[Cell, ...]:
     )
 
 
-def node_items(nodes: list[NodeState], now: float) -> list[Item[NodeItem]]:
+def node_item(n: NodeState, now: float) -> Item[NodeItem]:
     # what a node row shows moves with its frame, its state and the age in whole seconds
-    return [
-        Item(
-            n.name,
-            (
-                n.frame.seq if n.frame else -1,
-                n.status,
-                n.error,
-                n.retry_in_s,
-                n.link,
-                int(now - n.last_frame_at) if n.last_frame_at else None,
-            ),
-            (n, now),
-        )
-        for n in nodes
-    ]
+    return Item(
+        n.name,
+        (
+            frame_version(n),
+            n.status,
+            n.error,
+            n.retry_in_s,
+            n.link,
+            int(now - n.last_frame_at) if n.last_frame_at else None,
+        ),
+        (n, now),
+    )
 
 
 def _node_row(item: tuple[NodeItem, tuple[Alert, ...]]) -> tuple[Cell, ...]:
@@ -118,11 +126,6 @@ def _node_row(item: tuple[NodeItem, tuple[Alert, ...]]) -> tuple[Cell, ...]:
 
 
 V = TypeVar("V")
-
-
-def versioned(items: list[tuple[str, tuple[NodeState, V]]]) -> list[Item[tuple[NodeState, V]]]:
-    """Rows change only when their node's frame does: its sequence is their version."""
-    return [Item(key, n.frame.seq if n.frame else -1, (n, x)) for key, (n, x) in items]
 
 
 def _engine_matches(engine: EngineTelemetry, text: str) -> bool:
@@ -170,6 +173,11 @@ class FleetScreen(FilteredScreen):
         yield Static(self._section("Engines"), id="engines-title", classes="section")
         yield FastTable(ENGINE_COLUMNS, marked(engine_cells), id="engines")
 
+    def __init__(self, top: ScreenHost) -> None:
+        super().__init__(top)
+        self._gpu_rows = NodeRows(lambda node: gpu_items([node]))
+        self._engine_rows = NodeRows(lambda node: engine_items([node]))
+
     def on_mount(self) -> None:
         self.refresh_fleet()
 
@@ -193,24 +201,28 @@ class FleetScreen(FilteredScreen):
         return [n for n in nodes if text in n.name.lower() or _engines_matching(n, text)]
 
     def refresh_fleet(self) -> None:
+        """The tables' rows in order; each table makes the items of the rows it draws only
+        (module ``tui.fasttable``), so what a redraw costs here is per node, not per row."""
         wanted = self._filter_text()
         nodes = by_name(self._filtered())
         now = self.top.services.clock()
         center = self.top.alerts
-        marks = {n.name: center.marks(n.name) for n in nodes}
 
-        def on_node(key: str) -> list[Alert]:
-            return [a for found in marks.get(key, {}).values() for a in found]
+        def node_row(index: int) -> Item[tuple[NodeItem, tuple[Alert, ...]]]:
+            node = nodes[index]
+            alerts = [a for found in center.marks(node.name).values() for a in found]
+            return with_alerts(node_item(node, now), alerts, center.version)
 
-        def on_target(target: str) -> Callable[[str], list[Alert]]:
-            def alerts_of(key: str) -> list[Alert]:
-                node, _, rest = key.partition("/")
-                return marks.get(node, {}).get(target.format(rest), [])
+        def alerted(rows: list[Item[V]], target: str) -> Callable[[int], Item[Marked[V]]]:
+            def row(index: int) -> Item[Marked[V]]:
+                node, _, rest = rows[index].key.partition("/")
+                alerts = center.marks(node).get(target.format(rest), ())
+                return with_alerts(rows[index], alerts, center.version)
 
-            return alerts_of
+            return row
 
         nodes_table = self.query_one("#nodes", FastTable)
-        nodes_table.set_items(with_alerts(node_items(nodes, now), on_node, center.version))
+        nodes_table.set_rows([n.name for n in nodes], node_row)
         errors = [f"{n.name}: {node_note(n, now)}" for n in nodes if n.status is NodeStatus.ERROR]
         box = self.query_one("#node-errors", Static)
         box.set_class(not errors, "hidden")
@@ -220,14 +232,18 @@ class FleetScreen(FilteredScreen):
         if str(box.render()) != text:
             box.update(Text(text, style="bold red"))
         self._fit_node_column(tuple(self.top.model.nodes))
-        shown_gpus = [(k, (n, g)) for k, (n, g) in gpu_items(nodes) if _shows_gpu(n, g, wanted)]
-        gpu_rows = sort_rows(shown_gpus, self.sort_key, gpu_value)
-        gpus = with_alerts(versioned(gpu_rows), on_target("gpu{}"), center.version)
-        shown_engines = [(k, (n, e)) for k, (n, e) in engine_items(nodes) if _shows(n, e, wanted)]
-        engine_rows = sort_rows(shown_engines, self.sort_key, engine_value)
-        engines = with_alerts(versioned(engine_rows), on_target("engine {}"), center.version)
-        self.query_one("#gpus", FastTable).set_items(gpus)
-        self.query_one("#engines", FastTable).set_items(engines)
+        gpus = self._gpu_rows.rows(nodes)
+        if wanted:
+            gpus = [r for r in gpus if _shows_gpu(*r.value, wanted)]
+        gpus = sort_rows(gpus, self.sort_key, lambda key, row: gpu_value(key, row.value))
+        self.query_one("#gpus", FastTable).set_rows([r.key for r in gpus], alerted(gpus, "gpu{}"))
+        engines = self._engine_rows.rows(nodes)
+        if wanted:
+            engines = [r for r in engines if _shows(*r.value, wanted)]
+        engines = sort_rows(engines, self.sort_key, lambda key, row: engine_value(key, row.value))
+        self.query_one("#engines", FastTable).set_rows(
+            [r.key for r in engines], alerted(engines, "engine {}")
+        )
 
     def _fit_node_column(self, names: tuple[str, ...]) -> None:
         """Every table's Node column as wide as the fleet's names (all of them: a filter

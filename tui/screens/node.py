@@ -163,7 +163,7 @@ class NodeScreen(BaseScreen):
                 chart_data(chart_title, field, ymax, node.gpu_history, min_span)
             )
         rows = [
-            (key, mark_row(cells, marks.get(f"engine {key.split('/', 1)[1]}", [])))
+            (key, mark_row(cells, marks.get(f"engine {key.split('/', 1)[1]}", ())))
             for key, cells in engine_rows([node])
         ]
         sync_table(self.query_one("#node-engines", DataTable), rows)
