@@ -217,16 +217,15 @@ class Conn(asyncio.Protocol):
         per_chunk = srv.args.tokens_per_chunk
         chunks = -(-tokens // per_chunk)  # several tokens per chunk, like a stream interval
         entry["tokens"] = tokens
-        for i in range(chunks):
-            self.timers.append(
-                loop.call_at(first_due + i * itl_s, self._emit, entry, i, chunks, prompt_tokens)
-            )
+        entry["plan"] = (first_due, itl_s, chunks, prompt_tokens)
+        self.timers = [loop.call_at(first_due, self._emit, entry, 0)]
 
-    def _emit(self, entry: dict[str, Any], i: int, chunks: int, prompt_tokens: int) -> None:
+    def _emit(self, entry: dict[str, Any], i: int) -> None:
         t = self.transport
         assert t is not None
         if t.is_closing():
             return
+        first_due, itl_s, chunks, prompt_tokens = entry["plan"]
         # Stamped just before the write: a preemption after it cannot make the
         # truth later than the bytes really left.
         entry["chunks"].append(PERF())
@@ -236,7 +235,15 @@ class Conn(asyncio.Protocol):
             return
         if i == chunks - 1:
             self.timers.clear()
-            self._finish(entry, entry["tokens"], prompt_tokens, self.server.args.itl_ms / 1000.0)
+            self._finish(entry, entry["tokens"], prompt_tokens, itl_s)
+        else:
+            # One chunk's timer at a time, each set by the one before: timers due 1 ms
+            # apart could fire out of order on a late loop (uvloop's are whole
+            # milliseconds), and a chunk written after the stream's end was read by the
+            # client as the next answer's status line ("Bad status line: b'87'").
+            loop = asyncio.get_running_loop()
+            due = first_due + (i + 1) * itl_s
+            self.timers = [loop.call_at(due, self._emit, entry, i + 1)]
 
     def _finish(self, entry: dict[str, Any], tokens: int, prompt_tokens: int, itl_s: float) -> None:
         t = self.transport

@@ -191,10 +191,15 @@ async def test_a_jsonl_run_against_the_simulator_is_stored_with_its_dataset(
     assert len(records) == 8 and all(r.ok for r in records)
     by_output = {r.requested_output_tokens: r for r in records}
     assert set(by_output) == {5, 7, 6, 128}  # the lines' lengths; the workload's default
+    stated = {5: "Count to three, please.", 7: "Say hello to the world.",
+              6: "Name the third planet."}  # fmt: skip
     for r in records:
         assert r.output_tokens == r.requested_output_tokens  # the simulator honours it
-        if r.requested_prompt_tokens is not None:  # stated: the engine's count beside it
-            assert r.prompt_tokens == r.requested_prompt_tokens + SIM_TEMPLATE_TOKENS
+        if r.requested_output_tokens in stated:  # stated: the engine's count beside it
+            # the simulator tokenizes, so the chat template's tokens were measured and
+            # are part of what was asked
+            want = _sim_tokens(stated[r.requested_output_tokens]) + SIM_TEMPLATE_TOKENS
+            assert r.requested_prompt_tokens == want == r.prompt_tokens, r
     assert summary.input_requested.mean is not None and summary.input_sent.mean is not None
     assert summary.output_requested.mean == summary.output_sent.mean
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -91,6 +92,29 @@ async def test_replayed_h200_at_its_700w_cap_raises_power_throttled_and_clears(
         assert rows(app, "#past")[0][1] == "power throttled"
         (saved,) = stored(store)
         assert saved.cleared_at is not None and saved.cleared_at > saved.raised_at
+
+
+async def test_an_alert_cleared_while_the_store_is_busy_still_reaches_the_past_list(
+    store: Store,
+) -> None:
+    """The Past list is loaded when an alert changes; the change is queued to the store's
+    writer, which on a busy machine (a run's records ahead of it) writes it a moment
+    later. The list must show it then, not after the next alert, whenever that is."""
+    node = ReplayNode("h200-0")
+    app = app_with(store, parse_alert_config({"rules": {"power_throttled": {"hold_s": 3}}}))
+    writer_free = threading.Event()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("exclamation_mark")
+        await show(pilot, app)
+        store._writer.call(lambda _conn: writer_free.wait(30))  # the writer is busy
+        for t in range(0, 36):  # raised at the 700 W cap, then cleared
+            app.ingest("h200-0", node.frame(t))
+        await show(pilot, app)
+        assert rows(app, "#active") == [] and rows(app, "#past") == []
+        asyncio.get_running_loop().call_later(0.5, writer_free.set)
+        # no frame, no redraw from here on: the load that was waiting must show it
+        await wait_until(pilot, lambda: len(rows(app, "#past")) == 1, "the cleared alert")
+        assert rows(app, "#past")[0][1] == "power throttled"
 
 
 def vllm_engine(capture: str) -> EngineTelemetry:

@@ -4,6 +4,7 @@ and cleared times, node, GPU or engine and the value at raise; a to acknowledge.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar
@@ -16,6 +17,7 @@ from textual.widgets import DataTable, Static
 
 from alerts import Alert, Severity, value_text
 from control.services import describe_error
+from store import StoreWriteError
 from tui.fasttable import Cell
 from tui.messages import AlertsLoaded
 from tui.screens.base import BaseScreen
@@ -43,6 +45,8 @@ PAST_COLUMNS = (
 )
 PAST_WINDOW_S = 7 * 86400.0
 """The past alerts listed: a week's (``infer-top alerts --since`` reads further)."""
+PAST_FLUSH_S = 10.0
+"""The longest a past-alerts load waits for the store's writer before it reads."""
 
 
 def stamp(ts: float | None) -> str:
@@ -147,8 +151,16 @@ class AlertsScreen(BaseScreen):
             self.post_message(AlertsLoaded(list(center.recent)))
             return
         since = self.top.services.clock() - PAST_WINDOW_S
+
+        def read() -> list[Alert]:
+            # The change this load answers is queued to the store's writer: read after it
+            # is written, or the list misses it until the next alert changes anything.
+            with contextlib.suppress(StoreWriteError):  # a full disk is said elsewhere
+                store.flush(timeout_s=PAST_FLUSH_S)
+            return store.list_alerts(since=since)
+
         try:
-            found = await asyncio.to_thread(store.list_alerts, since=since)
+            found = await asyncio.to_thread(read)
         except Exception as exc:
             self.notify(f"cannot read past alerts: {describe_error(exc)}", severity="error")
             found = list(center.recent)
