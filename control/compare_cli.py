@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from control.regression import MetricChange, RegressionCheck, check_regression
+from control.regression import DEFAULT_THRESHOLD, RegressionCheck, check_regression
+from control.regression_view import findings, regression_table
 from store import StoreError, default_db_path, open_store
 
 EXIT_REGRESSION = 1
@@ -39,9 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--threshold",
         type=float,
-        default=0.10,
+        default=DEFAULT_THRESHOLD,
         help="smallest change that counts: a fraction (0.10 = 10 %%), in points for the "
-        "failure rate (default 0.10)",
+        f"failure rate (default {DEFAULT_THRESHOLD:g})",
     )
     p.add_argument(
         "--any-config",
@@ -55,54 +56,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _num(value: float | None, metric: str) -> str:
-    if value is None:
-        return "n/a"
-    if metric == "failure %":
-        return f"{value * 100:.1f}"
-    if metric == "output tok/s":
-        return f"{value:,.1f}"
-    return f"{value * 1000:,.1f} ms"
-
-
-def _pct(value: float | None, metric: str) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value * 100:+.1f} pt" if metric == "failure %" else f"{value:+.1%}"
-
-
 def _table(check: RegressionCheck) -> Table:
-    t = Table(
-        title=f"{check.new.label} [{check.new.run_id}] against {check.base.label} "
-        f"[{check.base.run_id}]",
-        title_justify="left",
-    )
-    for col in ("level", "metric", "baseline", "run", "change", "95 % interval", "verdict"):
+    view = regression_table(check)
+    t = Table(title=view.title, title_justify="left")
+    for col in view.columns:
         t.add_column(col, justify="left" if col in ("level", "metric", "verdict") else "right")
-    for level in check.levels:
-        for c in level.changes:
-            t.add_row(
-                level.level,
-                c.metric,
-                _num(c.base, c.metric),
-                _num(c.new, c.metric),
-                _pct(c.change, c.metric),
-                _interval(c),
-                _verdict(c),
-            )
+    for _, cells in view.rows:
+        t.add_row(*(escape(c) for c in cells), style="red" if cells[-1] == "REGRESSION" else None)
     return t
-
-
-def _interval(c: MetricChange) -> str:
-    if c.interval is None:
-        return f"needs {c.min_requests} requests"
-    return f"{_pct(c.interval.low, c.metric)} .. {_pct(c.interval.high, c.metric)}"
-
-
-def _verdict(c: MetricChange) -> str:
-    if c.regression:
-        return "[red]REGRESSION[/red]"
-    return "significant" if c.significant else "noise"
 
 
 def _as_json(check: RegressionCheck) -> str:
@@ -154,16 +115,6 @@ def run(args: argparse.Namespace) -> int:
         print(_as_json(check))
     else:
         console.print(_table(check))
-        if check.config_differences:
-            console.print(escape(f"note: the runs differ in {', '.join(check.config_differences)}"))
-        if check.unmatched:
-            console.print(escape(f"levels only one run has: {', '.join(check.unmatched)}"))
-        found = [(lv.level, c) for lv in check.levels for c in lv.regressions]
-        if not found:
-            console.print(f"no regression beyond {check.threshold:.0%}")
-        for level, c in found:
-            console.print(
-                escape(f"regression at {level}: {c.metric} {_pct(c.change, c.metric)}"),
-                style="red",
-            )
+        for line in findings(check):
+            console.print(escape(line), style="red" if line.startswith("regression") else None)
     return EXIT_REGRESSION if check.regressed else 0

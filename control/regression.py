@@ -19,6 +19,10 @@ from store import Store
 from store.models import RunInfo
 from store.queries import config_differences
 
+DEFAULT_THRESHOLD = 0.10
+"""The smallest change to the worse that counts as a regression (10 %, or 10 points of
+failure rate) unless the operator says otherwise."""
+
 
 @dataclass(frozen=True, slots=True)
 class Metric:

@@ -8,6 +8,7 @@ from textual.message import Message
 
 from agents.protocol import EngineInfo
 from alerts import Alert
+from control.compare_view import CompareTable
 from control.report_data import Report
 from runs.events import ProgressEvent
 from store import Comparison, LevelRow, RunInfo
@@ -77,6 +78,14 @@ class ComparisonLoaded(Message, bubble=False):
 
     comparison: Comparison | None
     report: Report | None = None
+
+
+@dataclass
+class RegressionChecked(Message, bubble=False):
+    """The newer of two picked runs judged against the older (``control.regression``)."""
+
+    table: CompareTable
+    findings: list[str]
 
 
 @dataclass

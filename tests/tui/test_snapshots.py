@@ -431,3 +431,25 @@ def test_engines_ask_before_stop_or_swap(snap_compare: Any, action: str) -> None
         await settle(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_compare_regression(snap_compare: Any, seed_store: Any) -> None:
+    """``b`` with two runs picked: the newer judged against the older, level by level (the
+    seed's simulated runs are two engines: the difference is noted above the table)."""
+    app = frozen_app(frozen_services(store=seed_store))
+    runs = seed_store.list_runs()
+    newer, older = runs[0].run_id, runs[1].run_id
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await open_compare(pilot, app)
+        pick = app.screen.query_one("#pick", SelectionList)
+        pick.deselect_all()
+        pick.select(newer)
+        pick.select(older)
+        await pilot.pause()
+        await pilot.press("b")
+        table = app.screen.query_one("#compare-regression", DataTable)
+        await wait_until(pilot, lambda: table.display and table.row_count > 0, "the check")
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)

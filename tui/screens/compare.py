@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -21,12 +22,14 @@ from control.compare_view import (
     levels_table,
 )
 from control.exporting import export_comparison
+from control.regression import DEFAULT_THRESHOLD, check_regression
+from control.regression_view import findings, regression_table
 from control.report_data import report_of
 from control.services import describe_error
 from store import Comparison, RunInfo
 from store.labels import base_label
 from tui.charts import Chart, ChartData, series_of
-from tui.messages import ComparisonLoaded, RunsLoaded
+from tui.messages import ComparisonLoaded, RegressionChecked, RunsLoaded
 from tui.screens.shared import RunsScreen
 from tui.widgets import when
 
@@ -57,6 +60,7 @@ class CompareScreen(RunsScreen):
         Binding("j", "export('json')", "Export json"),
         Binding("h", "export('html')", "Report"),
         Binding("l", "toggle_levels", "Levels"),
+        Binding("b", "baseline", "Baseline"),
     ]
 
     def body(self) -> ComposeResult:
@@ -64,6 +68,7 @@ class CompareScreen(RunsScreen):
         yield Static("Comparison", classes="section", id="compare-title")
         yield DataTable(id="compare-table", cursor_type="row")
         yield DataTable(id="compare-levels", cursor_type="row", classes="hidden")
+        yield DataTable(id="compare-regression", cursor_type="row", classes="hidden")
         with Horizontal(id="compare-lower"):
             with Vertical(id="compare-pick"):
                 yield Static("Runs (space picks)", classes="section", id="pick-title")
@@ -72,7 +77,10 @@ class CompareScreen(RunsScreen):
             yield Chart(id="curve-ttft")
         self._runs: list[RunInfo] = []
         self._picked_once = False
-        self._show_levels = False
+        self._shown = "#compare-table"
+        """The table in view: the summary, every level, or a regression check."""
+        self._regression: tuple[CompareTable, list[str]] | None = None
+        """The last regression check's table and findings."""
         self._views: tuple[Comparison | None, CompareTable | None, CompareTable | None] = (
             None,
             None,
@@ -149,7 +157,12 @@ class CompareScreen(RunsScreen):
         if comparison is None or summary is None:
             title.update("Comparison: pick two or more runs on the left (space)")
             return
-        shown = levels if self._show_levels and levels is not None else summary
+        if self._shown == "#compare-regression" and self._regression is not None:
+            table, lines = self._regression
+            # plain text: run ids in brackets are no markup
+            title.update(Text("\n".join([f"Regression check: {table.title}", *lines])))
+            return
+        shown = levels if self._shown == "#compare-levels" and levels is not None else summary
         simulated = any(r.simulated for r in comparison.runs)
         title.update(
             f"{len(summary.rows)} runs"
@@ -172,12 +185,53 @@ class CompareScreen(RunsScreen):
                 )
             )
 
+    def _show_table(self, table_id: str) -> None:
+        self._shown = table_id
+        for other in ("#compare-table", "#compare-levels", "#compare-regression"):
+            self.query_one(other).set_class(other != table_id, "hidden")
+        self._show_title()
+
     def action_toggle_levels(self) -> None:
         """The summary (the seed's table) or every level of every run, in the same place."""
-        self._show_levels = not self._show_levels
-        self.query_one("#compare-table").set_class(self._show_levels, "hidden")
-        self.query_one("#compare-levels").set_class(not self._show_levels, "hidden")
-        self._show_title()
+        levels = self._shown != "#compare-levels"
+        self._show_table("#compare-levels" if levels else "#compare-table")
+
+    def action_baseline(self) -> None:
+        """Two runs picked: the newer judged against the older, level by level, as
+        ``infer-top compare --baseline`` judges it; again: back to the summary."""
+        if self._shown == "#compare-regression":
+            self._show_table("#compare-table")
+            return
+        selected = set(self.query_one("#pick", SelectionList).selected)
+        picked = [r for r in self._runs if r.run_id in selected]
+        if len(picked) != 2:
+            self.notify(
+                f"pick exactly two runs for a regression check ({len(picked)} picked): "
+                "the older is the baseline",
+                severity="warning",
+            )
+            return
+        base, new = sorted(picked, key=lambda r: r.created_at)
+        self._check_regression(base.run_id, new.run_id)
+
+    @work(exclusive=True, group="compare-regression", exit_on_error=False)
+    async def _check_regression(self, base: str, new: str) -> None:
+        store = self.top.services.store
+        if store is None:
+            return
+        try:
+            check = await asyncio.to_thread(
+                check_regression, store, base, new, threshold=DEFAULT_THRESHOLD, any_config=True
+            )
+        except Exception as exc:
+            self.notify(f"cannot check: {describe_error(exc)}", severity="error")
+            return
+        self.post_message(RegressionChecked(regression_table(check), findings(check)))
+
+    def on_regression_checked(self, message: RegressionChecked) -> None:
+        self._regression = (message.table, message.findings)
+        _fill(self.query_one("#compare-regression", DataTable), message.table)
+        self._show_table("#compare-regression")
 
     def action_export(self, fmt: str) -> None:
         self._export(list(self.query_one("#pick", SelectionList).selected), fmt)
