@@ -68,6 +68,39 @@ def compose_environ(env: dict[str, str]) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if k not in keys}, **env}
 
 
+async def run_command(
+    argv: Sequence[str],
+    *,
+    what: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout_s: float,
+) -> tuple[int, str]:
+    """A CLI the runtimes drive (``docker compose``, ``docker stack``) run to its end: its
+    exit code and its output (stdout and stderr as one text).  Past ``timeout_s`` it is
+    killed and ``what`` is said to have taken too long; a cancelled caller kills it too,
+    and waits for it, so that a command after it (a stop's ``down``) never races it."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=env,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError_(f"{what} took longer than {timeout_s:.0f} s") from None
+    except asyncio.CancelledError:
+        proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace")
+
+
 class ComposeRuntime:
     name = "compose"
 
@@ -94,29 +127,16 @@ class ComposeRuntime:
         compose_file = self.state.load(dep.id) or {}
         if compose_file.get("compose_file"):
             cmd += ["-f", str(compose_file["compose_file"])]
-        proc = await asyncio.create_subprocess_exec(
-            *cmd,
-            *args,
-            env=compose_environ(env or compose_file.get("env") or {}),
+        code, text = await run_command(
+            [*cmd, *args],
+            what=f"compose {args[0]}",
             cwd=self.state.dir,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+            env=compose_environ(env or compose_file.get("env") or {}),
+            timeout_s=timeout_s,
         )
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise RuntimeError_(f"compose {args[0]} took longer than {timeout_s:.0f} s") from None
-        except asyncio.CancelledError:
-            # A stop overtook this start: compose must be gone before "down" runs after it.
-            proc.kill()
-            await asyncio.shield(proc.wait())
-            raise
-        text = out.decode(errors="replace")
-        if proc.returncode != 0:
+        if code != 0:
             tail = "\n".join(text.strip().splitlines()[-6:])
-            raise RuntimeError_(f"compose {args[0]} failed (exit {proc.returncode}): {tail}")
+            raise RuntimeError_(f"compose {args[0]} failed (exit {code}): {tail}")
         return text
 
     def render(self, dep: Deployment) -> tuple[Path, dict[str, str]]:

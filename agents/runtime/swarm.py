@@ -25,7 +25,7 @@ import yaml
 
 from agents.catalog_adapter import get_spec
 from agents.runtime import Deployment, ExitCallback, RuntimeError_, TaskCallback
-from agents.runtime.compose import ComposeRuntime
+from agents.runtime.compose import ComposeRuntime, run_command
 from agents.runtime.owners import container_of
 from agents.runtime.state import deployment_from_record
 from agents.runtime.swarm_stack import (
@@ -98,22 +98,14 @@ class SwarmRuntime(ComposeRuntime):
     async def _docker_cli(self, *args: str, timeout_s: float = 120) -> str:
         """The ``docker`` CLI (stack and service commands have no SDK call), on the
         daemon this agent uses (``DOCKER_HOST``, inherited)."""
-        proc = await asyncio.create_subprocess_exec(
-            "docker",
-            *args,
+        code, out = await run_command(
+            ["docker", *args],
+            what=f"docker {args[0]} {args[1]}",
             cwd=self.state.dir,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+            timeout_s=timeout_s,
         )
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            took = f"docker {args[0]} {args[1]} took longer than {timeout_s:.0f} s"
-            raise RuntimeError_(took) from None
-        text = out.decode(errors="replace").strip()
-        if proc.returncode != 0:
+        text = out.strip()
+        if code != 0:
             tail = "\n".join(text.splitlines()[-4:])
             if _NOT_MANAGER in text or "not a manager" in text:
                 raise RuntimeError_(
