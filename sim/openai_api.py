@@ -68,13 +68,19 @@ def _messages(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(chat_prompt_tokens(pairs))
 
 
-def parse_request(api: str, raw: bytes) -> GenRequest:
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object, or the engine's 400 saying why not."""
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def parse_request(api: str, raw: bytes) -> GenRequest:
+    body = json_object(raw)
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequest("'model' must be a string")

@@ -18,12 +18,11 @@ and, for chat, its template markers), so "add special tokens" adds nothing here 
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any
 
 from engines.catalog.types import TokenizeRoute
-from sim.openai_api import BadRequest
+from sim.openai_api import BadRequest, json_object
 from sim.profile import SimProfile
 from sim.textgen import TOKEN_RE
 
@@ -38,12 +37,7 @@ def token_id(piece: str) -> int:
 def tokenize_answer(route: TokenizeRoute, raw: bytes, profile: SimProfile) -> Any:
     """The engine's answer to a tokenize request (BadRequest for a body it would refuse;
     its status 404 for a model the engine does not serve)."""
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
+    body = json_object(raw)
     text = body.get(route.text_field)
     if not isinstance(text, str):
         raise BadRequest(f"'{route.text_field}' must be a string")

@@ -101,6 +101,24 @@ async def run_command(
     return proc.returncode, out.decode(errors="replace")
 
 
+async def command_lines(
+    argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """A CLI's output line by line as it comes (``logs -f``); the command is killed when
+    the reader stops reading."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, env=env, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    assert proc.stdout is not None
+    try:
+        async for raw in proc.stdout:
+            yield raw.decode(errors="replace").rstrip("\n")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
 class ComposeRuntime:
     name = "compose"
 
@@ -271,22 +289,11 @@ class ComposeRuntime:
         cmd = [*find_compose(), "-p", dep.project]
         if record.get("compose_file"):
             cmd += ["-f", str(record["compose_file"])]
-        proc = await asyncio.create_subprocess_exec(
-            *cmd,
-            *args,
-            env=compose_environ(record.get("env") or {}),
-            cwd=self.state.dir,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
+        lines = command_lines(
+            [*cmd, *args], cwd=self.state.dir, env=compose_environ(record.get("env") or {})
         )
-        assert proc.stdout is not None
-        try:
-            async for raw in proc.stdout:
-                yield raw.decode(errors="replace").rstrip("\n")
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-            await proc.wait()
+        async for line in lines:
+            yield line
 
     async def adopt(self) -> list[Deployment]:
         filters = {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_NODE}={self.node}"]}

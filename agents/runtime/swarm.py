@@ -25,7 +25,7 @@ import yaml
 
 from agents.catalog_adapter import get_spec
 from agents.runtime import Deployment, ExitCallback, RuntimeError_, TaskCallback
-from agents.runtime.compose import ComposeRuntime, run_command
+from agents.runtime.compose import ComposeRuntime, command_lines, run_command
 from agents.runtime.owners import container_of
 from agents.runtime.state import deployment_from_record
 from agents.runtime.swarm_stack import (
@@ -189,17 +189,8 @@ class SwarmRuntime(ComposeRuntime):
             argv = ["docker", "container", *what, running[0].id]
         else:
             argv = ["docker", "service", *what, "--raw", self.service(dep)]
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-        )
-        assert proc.stdout is not None
-        try:
-            async for raw in proc.stdout:
-                yield raw.decode(errors="replace").rstrip("\n")
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-            await proc.wait()
+        async for line in command_lines(argv):
+            yield line
 
     def owner_of(self, pid: int) -> str | None:
         container = container_of(pid)
