@@ -230,10 +230,13 @@ class ComposeRuntime:
                 return None
             if len(self._owners) >= 1024:  # ids of long-gone containers
                 self._owners.clear()
-            # Another node's agent may share this Docker daemon: its engines are not ours.
-            ours = labels.get(LABEL_NODE) == self.node
-            self._owners[container] = labels.get(LABEL_DEPLOYMENT) if ours else None
+            self._owners[container] = labels.get(LABEL_DEPLOYMENT) if self._owns(labels) else None
         return self._owners[container]
+
+    def _owns(self, labels: dict[str, str]) -> bool:
+        """A container of this runtime on this node, by its labels: another node's agent
+        may share this Docker daemon, and its engines are not ours."""
+        return labels.get(LABEL_NODE) == self.node
 
     def _volumes(self, dep: Deployment) -> tuple[str, ...]:
         """The Docker volumes the project's containers mount, as Docker names them."""

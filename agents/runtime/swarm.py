@@ -26,7 +26,6 @@ import yaml
 from agents.catalog_adapter import get_spec
 from agents.runtime import Deployment, ExitCallback, RuntimeError_, TaskCallback
 from agents.runtime.compose import ComposeRuntime, command_lines, run_command
-from agents.runtime.owners import container_of
 from agents.runtime.state import deployment_from_record
 from agents.runtime.swarm_stack import (
     LABEL_CONFIG,
@@ -192,21 +191,9 @@ class SwarmRuntime(ComposeRuntime):
         async for line in command_lines(argv):
             yield line
 
-    def owner_of(self, pid: int) -> str | None:
-        container = container_of(pid)
-        if container is None:
-            return None
-        if container not in self._owners:
-            try:
-                labels = self.docker.containers.get(container).labels
-            except Exception as exc:  # gone, or Docker busy: unattributed now
-                log.debug("container %s: %s", container[:12], exc)
-                return None
-            if len(self._owners) >= 1024:
-                self._owners.clear()
-            ours = labels.get(LABEL_RUNTIME) == "swarm"
-            self._owners[container] = labels.get(LABEL_DEPLOYMENT) if ours else None
-        return self._owners[container]
+    def _owns(self, labels: dict[str, str]) -> bool:
+        """A Swarm task's container: Swarm, not this agent, named the node it runs on."""
+        return labels.get(LABEL_RUNTIME) == "swarm"
 
     async def adopt(self) -> list[Deployment]:
         """The tasks running on this node now (a task that ended is Swarm's history)."""
