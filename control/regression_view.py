@@ -64,9 +64,10 @@ def regression_table(check: RegressionCheck) -> CompareTable:
     return CompareTable(COLUMNS, rows, title_of(check))
 
 
-def findings(check: RegressionCheck) -> list[str]:
+def findings(check: RegressionCheck, most: int | None = None) -> list[str]:
     """What an operator reads under the table: differences between the runs, levels only
-    one has, and each regression (or that there was none beyond the threshold)."""
+    one has, and each regression (or that there was none beyond the threshold); past
+    ``most`` regressions, one line counts the rest (a screen has rows marked for them)."""
     lines = []
     if check.config_differences:
         lines.append(f"note: the runs differ in {', '.join(check.config_differences)}")
@@ -75,7 +76,10 @@ def findings(check: RegressionCheck) -> list[str]:
     found = [(lv.level, c) for lv in check.levels for c in lv.regressions]
     if not found:
         lines.append(f"no regression beyond {check.threshold:.0%}")
+    shown = found if most is None else found[:most]
     lines.extend(
-        f"regression at {level}: {c.metric} {change_text(c.change, c.metric)}" for level, c in found
+        f"regression at {level}: {c.metric} {change_text(c.change, c.metric)}" for level, c in shown
     )
+    if len(shown) < len(found):
+        lines.append(f"and {len(found) - len(shown)} more: the rows marked REGRESSION")
     return lines

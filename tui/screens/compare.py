@@ -226,7 +226,8 @@ class CompareScreen(RunsScreen):
         except Exception as exc:
             self.notify(f"cannot check: {describe_error(exc)}", severity="error")
             return
-        self.post_message(RegressionChecked(regression_table(check), findings(check)))
+        # a few lines above the table however many regressed: 80x24 keeps room for rows
+        self.post_message(RegressionChecked(regression_table(check), findings(check, most=3)))
 
     def on_regression_checked(self, message: RegressionChecked) -> None:
         self._regression = (message.table, message.findings)
