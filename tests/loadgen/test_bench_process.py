@@ -76,7 +76,7 @@ async def test_impossible_usage_fails_only_its_request_and_the_run_is_saved(
 SLOW = ("--ttft-ms", "5", "--ttft-spread-ms", "0", "--itl-ms", "20")  # 25 tokens: 0.5 s
 
 
-def _stored(db: Path) -> int:
+def stored_requests(db: Path) -> int:
     """Requests committed so far, read as another program would (0 before the file is)."""
     if not db.exists():
         return 0
@@ -101,7 +101,7 @@ def _bench_running(url: str, db: Path, *, stored: int) -> Iterator[subprocess.Po
     )
     try:
         deadline = time.monotonic() + 60
-        while _stored(db) < stored:
+        while stored_requests(db) < stored:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the bench stored too few requests in 60 s"
             time.sleep(0.1)
@@ -155,7 +155,7 @@ def test_a_sigkilled_bench_is_marked_interrupted_when_the_store_next_opens(
     with _bench_running(server.url, db, stored=8) as proc:
         proc.kill()
         proc.communicate(timeout=30)
-    stored = _stored(db)
+    stored = stored_requests(db)
     conn = sqlite3.connect(db)  # as the kill left it: the WAL not yet checkpointed
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

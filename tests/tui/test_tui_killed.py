@@ -18,6 +18,7 @@ import pytest
 
 from agents.client import AgentClient
 from store import open_store
+from tests.loadgen.test_bench_process import stored_requests
 from tests.ports import free_port
 from tests.tui.tmux import Tmux
 from tests.waiting import apoll_until, poll_until
@@ -28,19 +29,6 @@ NODE = "kill-node"
 OUTPUT_LEN = 24
 REQUESTS = 400
 """Far more than are stored before the kill on any machine: the run is surely mid-way."""
-
-
-def _stored(db: Path) -> int:
-    """Requests committed so far, read as another program would (0 before the file is)."""
-    if not db.exists():
-        return 0
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-    try:
-        return int(conn.execute("SELECT count(*) FROM requests").fetchone()[0])
-    except sqlite3.OperationalError:  # the schema is still being created
-        return 0
-    finally:
-        conn.close()
 
 
 def _alive(pid: int) -> bool:
@@ -106,11 +94,13 @@ async def test_a_sigkilled_tui_leaves_its_run_interrupted_and_every_stored_reque
     tmux.wait_for("SIM", timeout_s=60)  # the simulated engine offered as the target
     tmux.keys("r")
     tmux.wait_for("starting", timeout_s=60)
-    poll_until(lambda: _stored(db), "10 requests stored", done=lambda n: n >= 10, timeout_s=120)
+    poll_until(
+        lambda: stored_requests(db), "10 requests stored", done=lambda n: n >= 10, timeout_s=120
+    )
 
     os.kill(pid, signal.SIGKILL)
     poll_until(lambda: not _alive(pid), "the TUI to be gone", timeout_s=30)
-    stored = _stored(db)
+    stored = stored_requests(db)
 
     conn = sqlite3.connect(db)  # as the kill left it: the WAL not yet checkpointed
     try:
