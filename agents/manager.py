@@ -20,6 +20,7 @@ from agents.catalog_adapter import UnknownEngine, declared_namespaces, get_spec,
 from agents.collectors.engines import EngineScraper, Scrape
 from agents.config import AgentConfig
 from agents.engine_version import detect_version
+from agents.exit_poll import ExitPoll
 from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.kv_check import kv_capacity_check
 from agents.model_pull import model_ready
@@ -68,6 +69,7 @@ class EngineManager:
         self.boot_id = boot_id
         self.events: Broadcast[AgentEvent] = Broadcast(1000, boot_id=boot_id)
         self.scraper = EngineScraper(session, timeout_s=min(2.0, max(config.interval_s, 0.5)))
+        self.exit_poll = ExitPoll(self._poll_exit)
         self._event_seq = 0
         self._locks: dict[str, asyncio.Lock] = {}
         self._unwatch: list[Any] = []
@@ -147,6 +149,7 @@ class EngineManager:
             unwatch()
         self._unwatch.clear()
         await self.health_watch.close()
+        await self.exit_poll.close()
         await self.scraper.close()
         for task in list(self._starting.values()):
             task.cancel()
@@ -211,6 +214,16 @@ class EngineManager:
             self.scraper.forget(task.id)
             self.emit("task_gone", task.id, reason)
 
+    async def _poll_exit(self, dep: Deployment) -> None:
+        """The runtime's word on an engine whose page failed: an exit its watcher has not
+        reported yet (or a runtime with no watcher) turns the engine crashed."""
+        runtime = self.runtime_for(dep)
+        status = await runtime.status(dep)
+        if status != "running":
+            code = await runtime.exit_code(dep)
+            how = "" if code is None else f", code {code}"
+            self._exited(dep.id, f"the engine is {status} (found by polling{how})", exit_code=code)
+
     def _in_background(self, dep_id: str, start_up: Coroutine[Any, Any, bool]) -> None:
         task = asyncio.get_running_loop().create_task(start_up)
         self._starting[dep_id] = task  # a reference until done, and for stop() to cancel
@@ -265,16 +278,9 @@ class EngineManager:
                         scrape = await self.scraper.sample(dep, get_spec(dep.kind))
                     if dep.state != "ready":  # no page while loading is no fault
                         scrape = Scrape(scrape.sample)
-                    if scrape.sample is None and dep.state == "ready":
-                        # No answer: where no event stream reports exits, this is how one shows.
-                        runtime = self.runtime_for(dep)
-                        status = await runtime.status(dep)
-                        if status != "running":
-                            # the runtime's exit watcher may not have seen it yet: ask it
-                            code = await runtime.exit_code(dep)
-                            how = "" if code is None else f", code {code}"
-                            reason = f"the engine is {status} (found by polling{how})"
-                            self._exited(dep.id, reason, exit_code=code)
+                    if scrape.sample is None and not scrape.late and dep.state == "ready":
+                        # the page failed (a late one is an engine still answering)
+                        self.exit_poll.request(dep)
             except Exception as exc:  # this engine's frame says so; the others keep theirs
                 log.exception("telemetry of engine %s failed", dep.id)
                 scrape = Scrape(error=f"telemetry failed ({type(exc).__name__}: {exc})")

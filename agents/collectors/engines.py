@@ -75,6 +75,9 @@ class Scrape:
 
     sample: EngineSample | None = None
     error: str | None = None
+    late: bool = False
+    """The frame gave up waiting while the page was still coming (the next frame takes
+    it): an engine slow to answer, not one known to have failed."""
 
 
 class EngineScraper:
@@ -136,7 +139,7 @@ class EngineScraper:
             result = await asyncio.wait_for(asyncio.shield(task), self.timeout_s)
         except TimeoutError:
             self._late.add(dep.id)
-            result = Scrape(error=f"no complete scrape within {self.timeout_s:g} s")
+            result = Scrape(error=f"no complete scrape within {self.timeout_s:g} s", late=True)
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise  # the caller itself is cancelled

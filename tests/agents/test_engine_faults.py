@@ -27,6 +27,8 @@ from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
 from agents.protocol import EngineInfo
+from agents.runtime import Deployment
+from agents.runtime.process import ProcessRuntime
 from telemetry import EngineTelemetry, TelemetryFrame
 
 STANDIN = Path(__file__).with_name("standin_engine.py")
@@ -263,6 +265,55 @@ async def test_process_engine_that_died_unwatched_is_adopted_as_crashed_and_remo
         assert stopped.state == "stopped"
         assert await client.engines() == []
     assert not record.exists()
+
+
+@pytest.mark.docker  # the rig fixture (llama-server binary, tiny model) comes with the rig
+async def test_a_runtime_slow_to_answer_holds_no_frame_and_its_answer_still_counts(
+    rig: object, make_config: Callable[..., AgentConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A llama-server whose runtime reports no exits (the process runtime's watcher is
+    off here, so only polling can see it die) is killed; its page fails, so the agent asks
+    the runtime whether it still runs. Docker, asked on a busy host, takes seconds to say
+    (the vLLM rig in CI: frames 5 s apart whenever vLLM's page was late, its full KV cache
+    never seen), so here the question is held open: the node's frames keep coming
+    meanwhile, and once the runtime answers, the engine is crashed, found by polling."""
+    model: Path = rig.tiny_model  # type: ignore[attr-defined]
+    binary: Path = rig.llama_server_bin  # type: ignore[attr-defined]
+    config = make_config(native_binaries={"llamacpp": binary}, model_dirs=(model.parent,))
+    launch = {"model": str(model), "max_num_seqs": 1, "context_len": 128}
+    asked, answer = asyncio.Event(), asyncio.Event()
+    status = ProcessRuntime.status
+
+    async def slow_status(runtime: ProcessRuntime, dep: Deployment) -> str:
+        asked.set()
+        await answer.wait()
+        return await status(runtime, dep)
+
+    monkeypatch.setattr(ProcessRuntime, "watch", lambda runtime, on_exit: None)
+    with engines_killed_afterwards(config.state_dir, str(binary)):
+        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+            engine = await client.start("llamacpp", launch, runtime="process")
+            assert engine.health == "healthy", engine.message
+            monkeypatch.setattr(ProcessRuntime, "status", slow_status)  # the start asks too
+            os.killpg(_pid(config, engine.id), signal.SIGKILL)
+            await asyncio.wait_for(asked.wait(), 30)
+            since = (await client.snapshot()).seq
+            frames = []
+            async with asyncio.timeout(30):
+                async for frame in client.stream():
+                    if frame.seq > since:
+                        frames.append(by_id(frame)[engine.id])
+                    if len(frames) == 5:
+                        break
+            assert not answer.is_set()
+            assert all(e.state == "ready" and e.scrape_error for e in frames), [
+                (e.state, e.scrape_error) for e in frames
+            ]
+            answer.set()
+            info = await engine_where(client, engine.id, lambda e: e.state == "crashed", 30)
+            assert (info.state, info.health) == ("crashed", "dead")
+            assert info.message == "the engine is exited (found by polling, code -9)"
+            await client.stop(engine.id)
 
 
 @pytest.mark.docker  # the rig fixture (llama-server binary, tiny model) comes with the rig

@@ -129,6 +129,17 @@ class Scenario:
         """vLLM's telemetry with prefix caching off, one per frame (``vllm_node_frames``)."""
         return tuple(f.engines[0] for f in self.vllm_node_frames)
 
+    def timeline(self) -> str:
+        """vLLM's frames as lines (seconds from the first; KV fill, running, waiting,
+        scrape error): what a failed assertion shows, whole, to say what the agent saw."""
+        first = self.vllm_node_frames[0].ts if self.vllm_node_frames else 0.0
+        return "\n".join(
+            f"{f.ts - first:6.2f} s  kv {e.kv_cache_usage}  running {e.requests_running}  "
+            f"waiting {e.requests_waiting}  {e.scrape_error or ''}"
+            for f in self.vllm_node_frames
+            for e in f.engines
+        )
+
 
 @dataclass(frozen=True)
 class AgentProcess:
