@@ -41,6 +41,9 @@ class WorkloadError(ValueError):
 BadLinePolicy = Literal["skip", "fail"]
 BAD_LINE_POLICIES: tuple[BadLinePolicy, ...] = ("fail", "skip")
 READ_BYTES = 1 << 16
+_CUT_CHARS = 8
+"""How far before a read's end a JSON value cut by it can fail to decode (5 seen: a cut
+``\\uXXXX`` escape), with a margin: a syntax error there is looked at again with more text."""
 NAMED_BAD_LINES = 20
 """Bad lines named in the run's warning and stored setup (the rest are counted)."""
 RECENT_ENTRIES = 1024
@@ -364,16 +367,22 @@ def _sharegpt_list(
             while True:
                 try:
                     obj, end = decoder.raw_decode(text, pos)
-                    break
+                    if at_end or end < len(text) - _CUT_CHARS:
+                        break
+                    # it ends by the read's end: a number there ("12" of "12.5e3") may go
+                    # on in the next block
                 except json.JSONDecodeError as exc:
-                    # an item cut by the buffer's end reads as an error at that end (or an
-                    # unterminated string): read on; any other is the file's own
-                    cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
-                    if not cut or at_end or not more():
+                    # An item cut by a read fails at most a few characters before the
+                    # buffer's end (inside a literal, a number or a \uXXXX escape: 5 at
+                    # most), or as an unterminated string: read on. An error further back,
+                    # or with the whole file read, is the file's own.
+                    near_end = exc.pos >= len(text) - _CUT_CHARS
+                    if at_end or not (near_end or exc.msg.startswith("Unterminated")):
                         where = start_line + text.count("\n", pos, exc.pos)
                         why = f"JSON syntax error ({exc.msg}); a list cannot be read past it"
                         yield _Bad(where, why, fatal=True)
                         return
+                more()
             line += text.count("\n", pos, end)
             pos = end
             yield (
