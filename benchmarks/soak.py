@@ -28,11 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
 SIM_PROFILE = "h100-llama2-7b-vllm"
 NODE = "soak-node"
 STATS_EVERY_S = 5.0
@@ -66,12 +68,37 @@ async def serve_agent(workdir: Path) -> None:
             f'[[nodes]]\nname = "{NODE}"\nurl = "{url}"\ntoken_file = "{token_file}"\n'
         )
         stats = workdir / "agent-stats.json"
+        baseline = None
         while not (workdir / "STOP").exists():
             figures = process_figures() | {"tasks": len(asyncio.all_tasks())}
             tmp = stats.with_suffix(".tmp")
             tmp.write_text(json.dumps(figures))
             tmp.replace(stats)  # the driver never reads half a file
+            if baseline is None and tracemalloc.is_tracing() and (workdir / "BASELINE").exists():
+                baseline = tracemalloc.take_snapshot()
             await asyncio.sleep(STATS_EVERY_S)
+        if baseline is not None:
+            (workdir / "agent-growth.txt").write_text(grown_since(baseline))
+
+
+def grown_since(baseline: tracemalloc.Snapshot, top: int = 12) -> str:
+    """Where this process's traced memory grew since ``baseline``: the ``top`` call sites
+    by bytes gained, each with the project's own frame nearest the allocation."""
+    # only what the project's own code allocated, directly or through a library it
+    # called: comparing every trace of two snapshots takes minutes on a small box
+    ours = [tracemalloc.Filter(True, f"{ROOT}/*", all_frames=True)]
+    now = tracemalloc.take_snapshot().filter_traces(ours)
+    stats = now.compare_to(baseline.filter_traces(ours), "traceback")
+    lines = []
+    for stat in stats[:top]:
+        frames = [f"{f.filename.removeprefix(str(ROOT) + '/')}:{f.lineno}" for f in stat.traceback]
+        # oldest frame first: the innermost is the last, the project's nearest to it named
+        own = next((f for f in reversed(frames) if not f.startswith(("/", ".venv/"))), "-")
+        lines.append(
+            f"{stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  {own}  "
+            f"(innermost {frames[-1]})"
+        )
+    return "\n".join(lines)
 
 
 # -- the TUI and the driver ------------------------------------------------------------
@@ -124,6 +151,8 @@ async def soak(workdir: Path, minutes: int, minute_s: float) -> dict[str, Any]:
                 while len(samples) <= minutes:
                     await asyncio.sleep(started + minute_s * len(samples) - time.monotonic())
                     sample()
+                    if len(samples) == 3:  # minute 2: growth is judged from here
+                        (workdir / "BASELINE").write_text("minute 2")
 
             sample()
             sampler = asyncio.create_task(every_minute())
@@ -196,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--minutes", type=int, default=20)
     p.add_argument("--json", type=Path, help="also write the samples here")
+    p.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="trace the agent's allocations (tracemalloc, slower) and print where its "
+        "memory grew from minute 2 to the end",
+    )
     p.add_argument("--agent", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--minute-s", type=float, default=60.0, help=argparse.SUPPRESS)  # a quick try
     args = p.parse_args(argv)
@@ -206,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--minutes must be at least 3 (growth is judged from minute 2)")
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         workdir = Path(tmp)
+        env = os.environ | ({"PYTHONTRACEMALLOC": "16"} if args.trace_memory else {})
         agent = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.soak", "--agent", str(workdir)],
             stdout=subprocess.DEVNULL,
+            env=env,
         )
         try:
             deadline = time.monotonic() + 120
@@ -220,10 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             (workdir / "STOP").write_text("stop")
             try:
-                agent.wait(30)
+                agent.wait(600)  # a traced agent compares its snapshots first
             except subprocess.TimeoutExpired:
                 agent.kill()
                 agent.wait()
+            grown = workdir / "agent-growth.txt"
+            growth_sites = grown.read_text() if grown.exists() else None
+    result["agent_growth_sites"] = growth_sites
     result["machine"] = f"{platform.node()}: {platform.processor() or platform.machine()}, " \
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}"  # fmt: skip
     result["growth_2_to_end"] = growth(result)
@@ -238,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         "growth_2_to_end",
     )
     print(json.dumps({k: result[k] for k in said}))
+    if result["agent_growth_sites"]:
+        print("Where the agent's traced memory grew from minute 2:")
+        print(result["agent_growth_sites"])
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
