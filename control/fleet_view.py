@@ -231,7 +231,8 @@ def engine_detail(
     note: str | None = None,
 ) -> list[str]:
     """The selected engine in words: what it runs and where, its start config, why it
-    ended (a crash's exit status and the agent's message) and its newest log lines.
+    ended (a crash's exit status and the agent's message), why its last scrape failed
+    and its newest log lines.
     ``info``: the agent's answer for it (None until it came); ``note``: why it did not."""
     up = uptime_s(engine, frame_ts) if frame_ts is not None else None
     lines = [
@@ -253,6 +254,8 @@ def engine_detail(
             lines.append(f"  {info.message}")
     elif info is not None and info.message:
         lines.append(info.message)
+    if engine.scrape_error:  # why its row's figures are n/a (the agent's words)
+        lines.append(f"scrape failed: {engine.scrape_error}")
     if note:
         lines.append(note)
     if log_lines:

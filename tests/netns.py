@@ -90,7 +90,7 @@ class TestNode:
     token_file: Path
     state_dir: Path
     veth: str = ""
-    """The root-side end of the node's link: ``ip link set VETH down`` cuts the node off."""
+    """The root-side end of the node's link (``link_cut`` takes it down)."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     ssh: bool = False
     """An SSH host: sshd on its address, its agent on its own loopback only."""
@@ -279,6 +279,18 @@ def _wait_listening(node: TestNode, port: int, timeout_s: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise TimeoutError(f"sshd on node {node.name} did not listen in {timeout_s:g} s")
+
+
+@contextlib.contextmanager
+def link_cut(node: TestNode) -> Iterator[None]:
+    """``node`` cut off from the bridge (the root side of its link down: what it sends and
+    what is sent to it is lost, no connection is refused) for the block; the link is up
+    again when the block ends, whatever happened inside."""
+    _run("ip", "link", "set", node.veth, "down")
+    try:
+        yield
+    finally:
+        _run("ip", "link", "set", node.veth, "up")
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from runs.records import RequestRecord
 from store import RunRecorder, open_store
 from tests.fleet.conftest import write_config
 from tests.loadgen.conftest import bench
-from tests.netns import TestNode, _run
+from tests.netns import TestNode, link_cut
 from tests.recording import Seen
 from tests.waiting import apoll_until
 
@@ -89,7 +89,6 @@ async def test_a_link_down_for_ten_seconds_mid_run_loses_and_duplicates_nothing(
     store = open_store(db)
     seen = Seen(RunRecorder(store))
     spec = LoadSpec(levels=concurrency_sweep([1, 2, 4]), requests_per_level=24)
-    link_down = False
     try:
         async with AgentClient(b.agent_url, b.token) as client:
             run = run_on_node(
@@ -106,34 +105,30 @@ async def test_a_link_down_for_ten_seconds_mid_run_loses_and_duplicates_nothing(
             try:
                 await apoll_until(lambda: len(seen.keys) >= 3, "b's first records here")
                 cut_at = len(seen.keys)
-                _run("ip", "link", "set", b.veth, "down")
-                link_down, down_at = True, time.monotonic()
-                # The run goes on on b while it is cut off from here. The link stays down
-                # until b has visibly moved on (a busy 2-core CI machine makes the tiny
-                # model slow), and for at least CUT_S.
-                await apoll_until(
-                    lambda: int(str(newest_load_inside(b)["last_seq"])),
-                    "b's run to go on while its link is down",
-                    done=lambda seq: seq > len(seen.events) + 2,
-                    timeout_s=60,
-                    every_s=0.5,
-                )
-                await apoll_until(
-                    lambda: time.monotonic() - down_at >= CUT_S,
-                    f"{CUT_S:g} s with b cut off",
-                    every_s=0.5,
-                )
-                assert len(seen.keys) < 3 * 24, "the run should still go on"
-                _run("ip", "link", "set", b.veth, "up")
-                link_down = False
+                with link_cut(b):
+                    down_at = time.monotonic()
+                    # The run goes on on b while it is cut off from here. The link stays
+                    # down until b has visibly moved on (a busy 2-core CI machine makes the
+                    # tiny model slow), and for at least CUT_S.
+                    await apoll_until(
+                        lambda: int(str(newest_load_inside(b)["last_seq"])),
+                        "b's run to go on while its link is down",
+                        done=lambda seq: seq > len(seen.events) + 2,
+                        timeout_s=60,
+                        every_s=0.5,
+                    )
+                    await apoll_until(
+                        lambda: time.monotonic() - down_at >= CUT_S,
+                        f"{CUT_S:g} s with b cut off",
+                        every_s=0.5,
+                    )
+                    assert len(seen.keys) < 3 * 24, "the run should still go on"
                 ends = await asyncio.wait_for(following, 240)
             finally:
                 following.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await following
     finally:
-        if link_down:
-            _run("ip", "link", "set", b.veth, "up")
         store.close()
     assert type(ends[-1]).__name__ == "RunFinished", ends[-1]
     assert cut_at < len(seen.keys) == len(set(seen.keys)) == 3 * 24  # each one, once
