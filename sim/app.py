@@ -59,16 +59,25 @@ def build_app(sim: SimServer) -> web.Application:
             f"simulator imitates {', '.join(sorted(dialects.IMITATED))}"
         )
 
-    @web.middleware
-    async def loading_gate(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        if not sim.loaded.is_set() and spec.loading_status == 503:
-            return _loading_response(dialect)
-        return await handler(request)
+    def gated(handler: _Handler) -> _Handler:
+        """While its model loads, an engine that listens early (llama.cpp, SGLang) answers
+        every route with its loading response. Per route, not as a middleware: aiohttp
+        caches each middleware chain with its handler and app for the life of the process,
+        so every stopped simulator, metrics and traces, stayed in the agent's memory."""
+        if spec.loading_status != 503:
+            return handler
+
+        async def gate(request: web.Request) -> web.StreamResponse:
+            if not sim.loaded.is_set():
+                return _loading_response(dialect)
+            return await handler(request)
+
+        return gate
 
     async def mark_simulated(request: web.Request, response: web.StreamResponse) -> None:
         response.headers[SIM_HEADER] = "1"
 
-    app = web.Application(middlewares=[loading_gate])
+    app = web.Application()
     app.on_response_prepare.append(mark_simulated)
 
     def gen(api: str) -> _Handler:
@@ -137,28 +146,28 @@ def build_app(sim: SimServer) -> web.Application:
         return web.json_response(answer)
 
     r = app.router
-    r.add_get("/v1/models", models)
-    r.add_post("/v1/chat/completions", gen("chat"))
-    r.add_post("/v1/completions", gen("completions"))
-    r.add_get("/infer-top/ground-truth", ground_truth)
+    r.add_get("/v1/models", gated(models))
+    r.add_post("/v1/chat/completions", gated(gen("chat")))
+    r.add_post("/v1/completions", gated(gen("completions")))
+    r.add_get("/infer-top/ground-truth", gated(ground_truth))
     if dialect == "ollama":
-        r.add_get(spec.health_path, ollama_root)
-        r.add_get("/api/ps", ollama_ps)
-        r.add_get("/api/tags", ollama_tags)
-        r.add_get("/api/version", version)
-        r.add_post("/api/chat", gen("ollama_chat"))
-        r.add_post("/api/generate", gen("ollama_generate"))
+        r.add_get(spec.health_path, gated(ollama_root))
+        r.add_get("/api/ps", gated(ollama_ps))
+        r.add_get("/api/tags", gated(ollama_tags))
+        r.add_get("/api/version", gated(version))
+        r.add_post("/api/chat", gated(gen("ollama_chat")))
+        r.add_post("/api/generate", gated(gen("ollama_generate")))
         add_pull_routes(r, sim)
         return app
-    r.add_get(spec.health_path, health)
-    r.add_get("/version", version)
+    r.add_get(spec.health_path, gated(health))
+    r.add_get("/version", gated(version))
     if spec.tokenize is not None:  # Ollama counts with its /api/generate, routed above
-        r.add_post(spec.tokenize.path, tokenize)
+        r.add_post(spec.tokenize.path, gated(tokenize))
     pages = {"prometheus": prom, "json": trtllm_json, "llamacpp_slots": slots}
     if spec.metrics_path is not None and spec.metrics_format is not None:
-        r.add_get(spec.metrics_path, pages[spec.metrics_format])
+        r.add_get(spec.metrics_path, gated(pages[spec.metrics_format]))
     if spec.second_page_path is not None and spec.second_page_format is not None:
-        r.add_get(spec.second_page_path, pages[spec.second_page_format])
+        r.add_get(spec.second_page_path, gated(pages[spec.second_page_format]))
     return app
 
 

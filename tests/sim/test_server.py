@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
+import weakref
 
 import aiohttp
 import openai
 import pytest
 
-from sim import Arrival, Outcome, load_profile, simulate
+from sim import Arrival, Outcome, load_profile, simulate, start_sim
 from tests.sim.conftest import StartSim
 
 VLLM = "h100-llama2-7b-vllm"
@@ -156,3 +158,26 @@ async def test_bad_requests_get_clear_errors(
     )  # type: ignore[arg-type]
     assert done.usage is not None and done.usage.completion_tokens == 3
     await client.close()
+
+
+@pytest.mark.parametrize("profile", ["h100-llama2-7b-llamacpp", "h100-llama2-7b-vllm"])
+async def test_a_stopped_simulator_is_freed_with_its_metrics(profile: str) -> None:
+    """An agent starts and stops simulators all day (the demo, the soak): a stopped one
+    must leave memory, its metrics and traces with it. The soak found them kept: aiohttp
+    caches each middleware chain with its handler and app for the life of the process,
+    and the loading gate was a middleware closing over the simulator."""
+    sim = await start_sim(profile, host="127.0.0.1", port=0, time_scale=0.02)
+    await sim.wait_ready()
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+    async with aiohttp.ClientSession() as http:
+        for path in ("/v1/models", sim.profile.spec.health_path, sim.profile.spec.metrics_path):
+            async with http.get(sim.url + str(path)) as resp:
+                assert resp.status == 200
+        async with http.post(sim.url + "/v1/chat/completions", json=body) as resp:
+            assert resp.status == 200
+            await resp.read()
+    server = weakref.ref(sim.server)
+    await sim.stop()
+    del sim
+    gc.collect()
+    assert server() is None, [type(r).__name__ for r in gc.get_referrers(server())]
