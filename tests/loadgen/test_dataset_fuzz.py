@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen import datasets
-from loadgen.datasets import DatasetReader, WorkloadError, scan
+from loadgen.datasets import DatasetEntry, DatasetReader, WorkloadError, scan
 from tests.waiting import PROPERTY_DEADLINE_MS
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -55,6 +55,15 @@ LINE = st.one_of(
 _names = itertools.count()
 
 
+def read_all(path: Path, entries: int) -> list[DatasetEntry]:
+    """Every entry of a scanned file, in order, as a run reads them."""
+    reader = DatasetReader(path, "skip", entries)
+    try:
+        return [reader.entry(i) for i in range(entries)]
+    finally:
+        reader.close()
+
+
 @settings(max_examples=150, deadline=PROPERTY_DEADLINE_MS)
 @given(
     lines=st.lists(LINE, max_size=30).filter(lambda ls: ls[:1] and ls[0][0] == "good"),
@@ -77,11 +86,7 @@ def test_every_good_line_is_read_and_every_bad_one_named(
             found = scan(path, "skip")
             assert (found.entries, found.bad_count) == (len(good), len(bad))
             assert found.bad_lines == tuple(bad[: datasets.NAMED_BAD_LINES])
-            reader = DatasetReader(path, "skip", found.entries)
-            try:
-                read = [reader.entry(i) for i in range(found.entries)]
-            finally:
-                reader.close()
+            read = read_all(path, found.entries)
         for entry, (number, want) in zip(read, good, strict=True):
             assert want is not None
             assert (entry.line, entry.prompt) == (number, want["prompt"])
@@ -184,11 +189,7 @@ def test_every_conversation_is_read_and_every_bad_item_named(
                 sum(kind == "unused" for kind, _, _ in items),
             )
             assert found.bad_lines == tuple(bad[: datasets.NAMED_BAD_LINES])
-            reader = DatasetReader(path, "skip", found.entries)
-            try:
-                read = [reader.entry(i) for i in range(found.entries)]
-            finally:
-                reader.close()
+            read = read_all(path, found.entries)
     assert [(e.line, e.prompt) for e in read] == good
 
 
