@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Select
+from textual.widgets import DataTable, Select, Static
 
 from agents.embedded import embedded_config
 from control.config import Config
@@ -51,8 +51,15 @@ async def live_app(
 
 
 async def wait_for_action(pilot: Pilot[Any], text: str, what: str, timeout_s: float = 60.0) -> None:
-    """Wait until the Engines screen's action status says ``text``."""
-    await wait_until(pilot, lambda: text in text_of(pilot, "#action-status"), what, timeout_s)
+    """Wait until the Engines screen's action status says ``text``; a question the action
+    asked (a modal screen) may still be on top for a moment after its answer was clicked
+    (CI's busy box saw it), and that is "not yet", not a missing status line."""
+
+    def says() -> bool:
+        status = pilot.app.screen.query("#action-status")
+        return bool(status) and text in str(status.first(Static).render())
+
+    await wait_until(pilot, says, what, timeout_s)
 
 
 async def run_smoke_load(
