@@ -105,6 +105,11 @@ class FleetModel:
             if tok_s is None:
                 tok_s = node.engine_tok_s[eng.id] = deque(maxlen=HISTORY_POINTS)
             tok_s.append(eng.generation_tok_s)
+        if len(node.engine_tok_s) > len(frame.engines):
+            # an engine gone from its node's frames takes its history along: kept, every
+            # engine ever started and stopped would stay in the TUI's memory for good
+            for gone in node.engine_tok_s.keys() - {eng.id for eng in frame.engines}:
+                del node.engine_tok_s[gone]
         self.version += 1
 
     def mark_error(self, name: str, message: str, retry_in_s: float | None) -> None:

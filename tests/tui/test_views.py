@@ -43,6 +43,24 @@ def test_model_keeps_newest_frame_and_history() -> None:
     assert node.status is NodeStatus.OK and node.error is None
 
 
+def test_an_engine_gone_from_its_node_takes_its_history_along() -> None:
+    """An engine's tok/s history lives while the engine is in its node's frames: the soak
+    (engines started and stopped for 20 minutes) found every stopped engine's kept."""
+    model = FleetModel([("n", "http://x")])
+    both = engines_at_load()
+    for f in fleet_frames("n", 1, range(3), both):
+        model.ingest("n", f, received_at=EPOCH)
+    node = model.nodes["n"]
+    assert set(node.engine_tok_s) == {e.id for e in both}
+    assert list(node.engine_tok_s["vllm-a"]) == [4107.0] * 3
+    for f in fleet_frames("n", 1, range(3, 5), both[1:]):  # vllm-a stopped
+        model.ingest("n", f, received_at=EPOCH)
+    assert set(node.engine_tok_s) == {both[1].id}
+    for f in fleet_frames("n", 1, range(5, 6), both):  # started again: a fresh history
+        model.ingest("n", f, received_at=EPOCH)
+    assert list(node.engine_tok_s["vllm-a"]) == [4107.0]
+
+
 def test_seed_table_is_reproduced_from_simulated_runs(seed_store: Any) -> None:
     runs = seed_store.list_runs()
     comparison = seed_store.compare([r.run_id for r in runs])
