@@ -18,12 +18,14 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from agents.catalog_adapter import get_spec
+from agents.protocol import ServiceInfo
 from agents.runtime import Deployment, ExitCallback, RuntimeError_, TaskCallback
 from agents.runtime.compose import ComposeRuntime, command_lines, run_command
 from agents.runtime.state import deployment_from_record
@@ -39,12 +41,22 @@ from agents.runtime.swarm_stack import (
     stack_file,
     task_labels,
 )
-from agents.security import SECRET_CONFIG_KEYS
+from agents.security import SECRET_CONFIG_KEYS, redacted
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE
 
 log = logging.getLogger(__name__)
 
 _NOT_MANAGER = "not a swarm manager"
+_ASK_SWARM_S = 10.0
+"""Bound on asking Docker for the services' tasks: an engine list never hangs on it."""
+
+
+@dataclass(frozen=True)
+class ServiceTasks:
+    """What Swarm says of one service: replicas asked for, and where tasks run now."""
+
+    replicas: int
+    nodes: tuple[str, ...]
 
 
 class SwarmRuntime(ComposeRuntime):
@@ -52,7 +64,7 @@ class SwarmRuntime(ComposeRuntime):
 
     name = "swarm"
     deploys_services = True
-    """The manager does not list what it deploys: the nodes running its tasks do."""
+    """The manager lists what it deploys as services; the nodes list the tasks they run."""
 
     def service(self, dep: Deployment) -> str:
         return f"{dep.project}_{SERVICE}"
@@ -171,6 +183,66 @@ class SwarmRuntime(ComposeRuntime):
         dep = deployment_from_record(record)
         dep.state, dep.health = "deployed", "unknown"
         return dep
+
+    async def services(self) -> list[ServiceInfo]:
+        """The services this agent deployed (its records), with the replicas Swarm is
+        asked for and the nodes their running tasks are on."""
+        records = self.state.all(self.name)
+        if not records:
+            return []
+        try:
+            swarm: dict[str, ServiceTasks] | None = await asyncio.wait_for(
+                asyncio.to_thread(self._service_tasks), _ASK_SWARM_S
+            )
+            unknown = ""
+        except Exception as exc:  # not a manager any more, Docker gone or slow
+            swarm, unknown = None, f"Swarm did not say how many replicas run ({exc})"
+        found = []
+        for record in records:
+            dep = deployment_from_record(record)
+            name = self.service(dep)
+            tasks = None if swarm is None else swarm.get(name)
+            asked = checked_replicas(dep.options.get("replicas"))
+            if swarm is not None and tasks is None:
+                state = "missing"
+                message = (
+                    f"Swarm has no service {name} (removed outside infer-top?): "
+                    "stop it here to forget it"
+                )
+            else:
+                state, message = "deployed", unknown or f"Swarm service {name}"
+            found.append(
+                ServiceInfo(
+                    id=dep.id,
+                    kind=dep.kind,
+                    runtime=self.name,
+                    state=state,
+                    replicas=asked if tasks is None else tasks.replicas,
+                    running=None if tasks is None else len(tasks.nodes),
+                    nodes=() if tasks is None else tasks.nodes,
+                    placement=Placement.from_option(dep.options.get("placement")).describe(),
+                    port=dep.port,
+                    config=redacted(dep.config),
+                    message=message,
+                )
+            )
+        return found
+
+    def _service_tasks(self) -> dict[str, ServiceTasks]:
+        """Swarm's infer-top services by name (blocking: three Docker API calls)."""
+        hosts = {n.id: n.attrs["Description"]["Hostname"] for n in self.docker.nodes.list()}
+        services = self.docker.services.list(filters={"label": f"{LABEL_RUNTIME}=swarm"})
+        nodes: dict[str, list[str]] = {s.id: [] for s in services}
+        for task in self.docker.api.tasks(filters={"desired-state": "running"}):
+            if task.get("ServiceID") in nodes and task["Status"]["State"] == "running":
+                nodes[task["ServiceID"]].append(hosts.get(task["NodeID"], task["NodeID"]))
+        return {
+            s.name: ServiceTasks(
+                replicas=int(s.attrs["Spec"]["Mode"].get("Replicated", {}).get("Replicas", 0)),
+                nodes=tuple(sorted(nodes[s.id])),
+            )
+            for s in services
+        }
 
     def _containers(self, dep: Deployment) -> list[Any]:
         filters = {"label": [f"{LABEL_RUNTIME}=swarm", f"{LABEL_DEPLOYMENT}={dep.id}"]}

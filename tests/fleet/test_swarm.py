@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from agents.client import AgentClient, AgentError
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, ServiceInfo
 from tests.conftest import Rig
 from tests.fleet.conftest import write_config
 from tests.fleet.test_engine_cli import engine_cli, json_of
@@ -110,6 +110,23 @@ async def dropped_by(node: TestNode, engine_id: str) -> None:
     )
 
 
+async def service_on(manager: TestNode, engine_id: str, nodes: tuple[str, ...]) -> ServiceInfo:
+    """The service as the deploying (manager) node's agent lists it, once its running
+    replicas are on ``nodes``."""
+
+    async def placed() -> ServiceInfo | bool:
+        async with AgentClient(manager.agent_url, manager.token) as client:
+            _, services = await client.listing()
+        found = next((s for s in services if s.id == engine_id), None)
+        return found if found is not None and found.nodes == nodes else False
+
+    found = await apoll_until(
+        placed, f"service {engine_id} running on {nodes}", timeout_s=SETTLE_S, every_s=0.5
+    )
+    assert isinstance(found, ServiceInfo)
+    return found
+
+
 def answers_on_loopback(node: TestNode, port: int) -> bool:
     """Asked from inside the node: its own loopback."""
     probe = node.run("python3", "-c", PROBE, f"http://127.0.0.1:{port}/health", check=False)
@@ -145,6 +162,14 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         assert on_b.runtime == "swarm" and on_b.config["model"] == "/models/tiny.gguf"
         assert await listed(a, engine_id) is None
         await framed_by(b, engine_id)
+        # The manager's agent lists the service it deployed: `engine ls` against a.
+        service = await service_on(a, engine_id, ("b",))
+        assert (service.state, service.replicas, service.running) == ("deployed", 1, 1)
+        assert service.placement == f"node.labels.{POOL} == rig"
+        shown = engine_cli("ls", "--node", "a", config=config)
+        assert shown.returncode == 0, shown.stderr
+        [row] = [line.split() for line in shown.stdout.splitlines() if engine_id in line]
+        assert {"deployed", "1/1", "b", "/models/tiny.gguf"} <= set(row), shown.stdout
         assert not await in_frame(a, engine_id)
         assert answers_on_loopback(b, port) and not answers_on_loopback(a, port)
 
@@ -187,6 +212,7 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         await healthy_on(a, engine_id)
         await framed_by(a, engine_id)
         await dropped_by(b, engine_id)
+        await service_on(a, engine_id, ("a",))
         assert answers_on_loopback(a, port) and not answers_on_loopback(b, port)
         # Swarm's stop is no crash: b says the task is gone.
         kinds = (await events_of(b, engine_id))[before:]
@@ -197,6 +223,8 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         json_of(engine_cli("scale", engine_id, "2", "--node", "a", "--json", config=config))
         await healthy_on(b, engine_id)
         await healthy_on(a, engine_id)
+        scaled = await service_on(a, engine_id, ("a", "b"))
+        assert (scaled.replicas, scaled.running) == (2, 2)
 
         # A swap redeploys the service: Swarm replaces both replicas, both agents follow.
         swapped_at = time.time()
