@@ -17,14 +17,14 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agents.catalog_adapter import get_spec
+from agents.catalog_adapter import UnknownEngine, get_spec
 from agents.protocol import ServiceInfo
 from agents.runtime import Deployment, ExitCallback, RuntimeError_, TaskCallback
 from agents.runtime.compose import ComposeRuntime, command_lines, run_command
@@ -105,6 +105,12 @@ class SwarmRuntime(ComposeRuntime):
             bind_to(dep.kind, {"command": []}, dep.host, int(dep.port or 0))
         except StackError as exc:
             raise RuntimeError_(str(exc)) from exc
+        if dep.config.get("api_key") and get_spec(dep.kind).api_key_env is None:
+            raise RuntimeError_(
+                f"{dep.kind} takes its API key as a flag, which the agents of the nodes "
+                "running its replicas cannot read back to reach it: run it keyed with the "
+                "compose runtime, or without a key on Swarm"
+            )
 
     async def _docker_cli(self, *args: str, timeout_s: float = 120) -> str:
         """The ``docker`` CLI (stack and service commands have no SDK call), on the
@@ -277,8 +283,17 @@ class SwarmRuntime(ComposeRuntime):
         for c in containers:
             dep = task_deployment(c.labels)
             if dep is not None:
-                found[dep.id] = dep
+                found[dep.id] = keyed(dep, c.attrs["Config"].get("Env") or ())
         return list(found.values())
+
+    def _environment(self, container: str) -> list[str]:
+        """A task container's environment (blocking), empty where it is gone already."""
+        try:
+            env: list[str] = self.docker.containers.get(container).attrs["Config"]["Env"]
+        except Exception as exc:  # removed between its start and this look
+            log.debug("cannot inspect task container %s: %s", container, exc)
+            return []
+        return env or []
 
     def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
         return None  # tasks come and go through watch_tasks
@@ -318,6 +333,7 @@ class SwarmRuntime(ComposeRuntime):
                         continue
                     if action == "start":
                         reason = f"Swarm started task {name} on node {self.node}"
+                        dep = keyed(dep, self._environment(container))
                     elif action == "die" and container in stopping:
                         action, reason = "ending", f"Swarm is stopping task {name}"
                     elif action == "die":
@@ -336,7 +352,7 @@ class SwarmRuntime(ComposeRuntime):
 
 def task_deployment(labels: dict[str, str]) -> Deployment | None:
     """A task's deployment as its labels tell it (the service's launch settings without
-    secrets: the node's agent cannot send an engine's own API key for it)."""
+    secrets: ``keyed`` adds the engine's API key from its container)."""
     dep_id, kind = labels.get(LABEL_DEPLOYMENT), labels.get(LABEL_ENGINE)
     if not dep_id or not kind or labels.get(LABEL_RUNTIME) != "swarm":
         return None
@@ -354,3 +370,18 @@ def task_deployment(labels: dict[str, str]) -> Deployment | None:
         state="loading",
         health="loading",
     )
+
+
+def keyed(dep: Deployment, environment: Sequence[str]) -> Deployment:
+    """``dep`` with the engine's own API key, read from its task container's environment
+    (``KEY=VALUE`` entries) in the variable its spec takes it from: labels never carry
+    the key, and the node's agent needs it to health-check, measure and proxy the engine."""
+    try:
+        variable = get_spec(dep.kind).api_key_env
+    except UnknownEngine:
+        return dep
+    prefix = f"{variable}="
+    for entry in environment if variable else ():
+        if entry.startswith(prefix) and entry != prefix:
+            dep.config["api_key"] = entry[len(prefix) :]
+    return dep

@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.netns, pytest.mark.docker]
 
 POOL = "infer-top.pool"
 """The node label the engine is placed by (b has it first; a gets it before b drains)."""
+API_KEY = "sk-swarm-rig"
+"""The engine's own key: the agent of the node running a replica reads it from the task."""
 SETTLE_S = 90.0
 """Bound on one step of Swarm's (a task started, restarted or moved, and healthy)."""
 
@@ -150,8 +152,8 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
     config = write_config(tmp_path / "config.toml", swarm)
     done = engine_cli(
         "start", "llamacpp", "--node", "a", "--runtime", "swarm", "--place-label", f"{POOL}=rig",
-        "--model", "/models/tiny.gguf", "--max-num-seqs", "2", "--context-len", "2048", "--json",
-        config=config,
+        "--model", "/models/tiny.gguf", "--max-num-seqs", "2", "--context-len", "2048",
+        "--set", f"api_key={API_KEY}", "--json", config=config,
     )  # fmt: skip
     deployed = json_of(done)["engine"]
     assert deployed["state"] == "deployed", deployed["message"]
@@ -160,6 +162,7 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         # Placed on b: b's agent lists it, it answers on b's loopback and not on a's.
         on_b = await healthy_on(b, engine_id)
         assert on_b.runtime == "swarm" and on_b.config["model"] == "/models/tiny.gguf"
+        assert on_b.config["api_key"] == "<redacted>", "b's agent holds the engine's key"
         assert await listed(a, engine_id) is None
         await framed_by(b, engine_id)
         # The manager's agent lists the service it deployed: `engine ls` against a.
@@ -181,7 +184,8 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
                 await client.stop(engine_id)
         assert (await healthy_on(b, engine_id)).id == engine_id  # still running
 
-        # A node-side load test through b's agent; its records reach SQLite here.
+        # A node-side load test through b's agent, which sends the keyed engine its key
+        # (from the task's container); its records reach SQLite here.
         db = tmp_path / "runs.db"
         code, _out, err = await bench(
             "--config", str(config),
@@ -192,8 +196,10 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         assert code == 0, err
         with sqlite3.connect(db) as conn:
             [(node, status)] = conn.execute("SELECT node, status FROM runs").fetchall()
-            [(records,)] = conn.execute("SELECT count(*) FROM requests").fetchall()
-        assert (node, status, records) == ("b", "completed", 4)
+            [(records, failed)] = conn.execute(
+                "SELECT count(*), count(error_kind) FROM requests"
+            ).fetchall()
+        assert (node, status, records, failed) == ("b", "completed", 4, 0)
 
         # Killed: Swarm starts a new task on b, and b's agent shows the restart.
         [container] = task_containers(b, engine_id)
