@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -38,10 +39,11 @@ from agents.runtime.swarm_stack import (
     StackError,
     bind_to,
     checked_replicas,
+    config_files,
     stack_file,
     task_labels,
 )
-from agents.security import SECRET_CONFIG_KEYS, redacted
+from agents.security import SECRET_CONFIG_KEYS, open_private, private_dir, redacted
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,10 @@ class SwarmRuntime(ComposeRuntime):
     def service(self, dep: Deployment) -> str:
         return f"{dep.project}_{SERVICE}"
 
+    def _configs_dir(self, dep: Deployment) -> Path:
+        """Where the stack's inline configs are written (``config_files``)."""
+        return Path(self.state.dir) / f"{dep.id}.configs"
+
     def _stack(self, dep: Deployment, rendered: dict[str, Any]) -> dict[str, Any]:
         spec = get_spec(dep.kind)
         try:
@@ -90,6 +96,7 @@ class SwarmRuntime(ComposeRuntime):
                         sort_keys=True,
                     ),
                 ),
+                configs_dir=str(self._configs_dir(dep)),
             )
         except StackError as exc:
             raise RuntimeError_(f"cannot deploy {dep.kind} on Swarm: {exc}") from exc
@@ -139,7 +146,13 @@ class SwarmRuntime(ComposeRuntime):
         rendered = yaml.safe_load(await self._compose(dep, "config", env=env))
         stack_path = Path(self.state.dir) / f"{dep.id}.stack.yml"
         stack_path.touch(mode=0o600)  # the engine's environment may hold its API key
-        stack_path.write_text(yaml.safe_dump(self._stack(dep, rendered), sort_keys=False))
+        stack = self._stack(dep, rendered)
+        if inline := config_files(rendered, str(self._configs_dir(dep))):
+            private_dir(self._configs_dir(dep))
+            for config_path, content in inline.values():
+                with open_private(Path(config_path), "w") as fh:
+                    fh.write(content)
+        stack_path.write_text(yaml.safe_dump(stack, sort_keys=False))
         return stack_path
 
     async def start(self, dep: Deployment) -> None:
@@ -176,6 +189,7 @@ class SwarmRuntime(ComposeRuntime):
         await self._docker_cli("stack", "rm", dep.project)
         self.state.remove(dep.id)
         (Path(self.state.dir) / f"{dep.id}.stack.yml").unlink(missing_ok=True)
+        shutil.rmtree(self._configs_dir(dep), ignore_errors=True)
 
     def forget(self, dep: Deployment) -> str:
         self.state.remove(dep.id)
