@@ -3,7 +3,8 @@ file (see :mod:`agents.runtime.swarm_stack`), placed by node name or node label,
 replicas and Swarm's restart policy.
 
 Two roles, one runtime.  On a manager node the agent deploys, scales and removes the
-stack ``infer-<id>`` (the service itself is not this node's engine: Swarm places it).
+stack ``infer-<id>`` (the service itself is not this node's engine: Swarm places it;
+the agent lists it as a service, with Swarm's word on its replicas: ``swarm_services``).
 On every node the agent finds the tasks Swarm runs there by their ``org.infer-top.*``
 labels and lists each as a deployment of this node (the manager hears of them through
 :meth:`SwarmRuntime.watch_tasks`): so the fleet shows each replica under its node, and
@@ -19,7 +20,6 @@ import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from agents.protocol import ServiceInfo
 from agents.runtime import Deployment, ExitCallback, RuntimeError_, TaskCallback
 from agents.runtime.compose import ComposeRuntime, command_lines, run_command
 from agents.runtime.state import deployment_from_record
+from agents.runtime.swarm_services import ServiceTasks, service_tasks
 from agents.runtime.swarm_stack import (
     LABEL_CONFIG,
     LABEL_PORT,
@@ -51,14 +52,6 @@ log = logging.getLogger(__name__)
 _NOT_MANAGER = "not a swarm manager"
 _ASK_SWARM_S = 10.0
 """Bound on asking Docker for the services' tasks: an engine list never hangs on it."""
-
-
-@dataclass(frozen=True)
-class ServiceTasks:
-    """What Swarm says of one service: replicas asked for, and where tasks run now."""
-
-    replicas: int
-    nodes: tuple[str, ...]
 
 
 class SwarmRuntime(ComposeRuntime):
@@ -212,7 +205,7 @@ class SwarmRuntime(ComposeRuntime):
             return []
         try:
             swarm: dict[str, ServiceTasks] | None = await asyncio.wait_for(
-                asyncio.to_thread(self._service_tasks), _ASK_SWARM_S
+                asyncio.to_thread(lambda: service_tasks(self.docker)), _ASK_SWARM_S
             )
             unknown = ""
         except Exception as exc:  # not a manager any more, Docker gone or slow
@@ -247,22 +240,6 @@ class SwarmRuntime(ComposeRuntime):
                 )
             )
         return found
-
-    def _service_tasks(self) -> dict[str, ServiceTasks]:
-        """Swarm's infer-top services by name (blocking: three Docker API calls)."""
-        hosts = {n.id: n.attrs["Description"]["Hostname"] for n in self.docker.nodes.list()}
-        services = self.docker.services.list(filters={"label": f"{LABEL_RUNTIME}=swarm"})
-        nodes: dict[str, list[str]] = {s.id: [] for s in services}
-        for task in self.docker.api.tasks(filters={"desired-state": "running"}):
-            if task.get("ServiceID") in nodes and task["Status"]["State"] == "running":
-                nodes[task["ServiceID"]].append(hosts.get(task["NodeID"], task["NodeID"]))
-        return {
-            s.name: ServiceTasks(
-                replicas=int(s.attrs["Spec"]["Mode"].get("Replicated", {}).get("Replicas", 0)),
-                nodes=tuple(sorted(nodes[s.id])),
-            )
-            for s in services
-        }
 
     def _containers(self, dep: Deployment) -> list[Any]:
         filters = {"label": [f"{LABEL_RUNTIME}=swarm", f"{LABEL_DEPLOYMENT}={dep.id}"]}
