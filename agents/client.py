@@ -25,6 +25,7 @@ from agents.protocol import (
     ModelPull,
     NodeInfo,
     ProtocolError,
+    ServiceInfo,
     engine_info_from_dict,
     event_from_dict,
     frame_from_dict,
@@ -33,6 +34,7 @@ from agents.protocol import (
     model_inventory_from_dict,
     model_pull_from_dict,
     node_info_from_dict,
+    service_info_from_dict,
 )
 from engines.catalog import get_spec
 from engines.model_files import LocalModel
@@ -124,8 +126,16 @@ class AgentClient:
         return frame_from_dict(await self._request("GET", "/v1/telemetry"))
 
     async def engines(self) -> list[EngineInfo]:
+        return (await self.listing())[0]
+
+    async def listing(self) -> tuple[list[EngineInfo], list[ServiceInfo]]:
+        """The node's engines, and the services this agent deployed to Swarm (an older
+        agent sends none)."""
         data = await self._request("GET", "/v1/engines")
-        return [engine_info_from_dict(e) for e in data["engines"]]
+        return (
+            [engine_info_from_dict(e) for e in data["engines"]],
+            [service_info_from_dict(s) for s in data.get("services") or ()],
+        )
 
     async def engine(self, engine_id: str) -> EngineInfo:
         return engine_info_from_dict(await self._request("GET", f"/v1/engines/{engine_id}"))

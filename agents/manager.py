@@ -25,7 +25,7 @@ from agents.health_watch import PROBE_TIMEOUT_S, HealthWatch
 from agents.kv_check import kv_capacity_check
 from agents.model_pull import model_ready
 from agents.model_store import engine_model_files
-from agents.protocol import AgentEvent
+from agents.protocol import AgentEvent, ServiceInfo
 from agents.runtime import Deployment, Runtime, RuntimeError_, TaskRuntime, VolumeRuntime
 from agents.security import check_start_request
 from agents.start_gate import checked_health_timeout, health_gate
@@ -264,6 +264,15 @@ class EngineManager:
                 return dep
         return self.get(dep_id)  # the 404 where it is neither
 
+    async def services(self) -> list[ServiceInfo]:
+        """The services this agent deployed to an orchestrator (``GET /v1/engines``
+        lists them beside the engines of this node)."""
+        found: list[ServiceInfo] = []
+        for runtime in self.runtimes.values():
+            if isinstance(runtime, TaskRuntime):
+                found.extend(await runtime.services())
+        return found
+
     def runtime_for(self, dep: Deployment) -> Runtime:
         return self.runtimes[dep.runtime]
 
@@ -381,7 +390,7 @@ class EngineManager:
 
     async def _deploy(self, dep: Deployment) -> Deployment:
         """Hand the engine to its orchestrator (Swarm): it places the replicas, and the
-        agents of the nodes it picks list and health-gate them.  Not listed here."""
+        agents of the nodes it picks list and health-gate them.  Listed here as a service."""
         self.emit("deploying", dep.id, f"{dep.kind} on port {dep.port}")
         try:
             await self.runtime_for(dep).start(dep)

@@ -160,6 +160,34 @@ class EngineInfo:
         return config_model(self.config)
 
 
+@dataclass(frozen=True, slots=True)
+class ServiceInfo:
+    """An engine this agent deployed to an orchestrator (a Swarm service): listed by the
+    deploying agent beside its own engines; each replica is an engine of the node that
+    runs it."""
+
+    id: str
+    kind: str
+    runtime: str
+    state: str
+    """deployed | missing (its record is here, the orchestrator has no such service)"""
+    replicas: int
+    """How many replicas the orchestrator is asked to run."""
+    running: int | None = None
+    """How many run now; None where the orchestrator did not answer."""
+    nodes: tuple[str, ...] = ()
+    """The nodes running a replica (host names), one per replica."""
+    placement: str = "any node"
+    """Where replicas may run, in the orchestrator's constraint words."""
+    port: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    message: str | None = None
+
+    @property
+    def model(self) -> str | None:
+        return config_model(self.config)
+
+
 def config_model(config: dict[str, Any]) -> str | None:
     """The model a launch config names: ``model``, or a simulator's ``profile``."""
     named = config.get("model") or config.get("profile")
@@ -501,6 +529,11 @@ def node_info_from_dict(data: dict[str, Any]) -> NodeInfo:
 
 def engine_info_from_dict(data: dict[str, Any]) -> EngineInfo:
     info: EngineInfo = _decode(EngineInfo, data)
+    return info
+
+
+def service_info_from_dict(data: dict[str, Any]) -> ServiceInfo:
+    info: ServiceInfo = _decode(ServiceInfo, data)
     return info
 
 

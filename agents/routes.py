@@ -137,8 +137,12 @@ async def telemetry_stream(request: web.Request) -> web.WebSocketResponse:
 
 
 async def engines(request: web.Request) -> web.Response:
-    deps = request.app[MANAGER].deployments.values()
-    return json_response({"engines": [to_dict(d.info()) for d in deps]})
+    manager = request.app[MANAGER]
+    deps = list(manager.deployments.values())
+    services = await manager.services()  # a manager node's Swarm services
+    return json_response(
+        {"engines": [to_dict(d.info()) for d in deps], "services": [to_dict(s) for s in services]}
+    )
 
 
 async def engine(request: web.Request) -> web.Response:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from agents.client import AgentClient
+from agents.protocol import to_dict
 from control.config import ConfigError, NodeConfig, load_config
 from control.engine_ops import start_engine, stop_engine, swap_engine
 from control.engine_output import (
@@ -27,9 +28,12 @@ from control.engine_output import (
     CommandFailure,
     ProgressView,
     engine_json,
+    engine_rows,
     failure_of,
     print_json,
+    print_table,
     report_failure,
+    service_rows,
 )
 from control.model_fetch import missing_model, pull_for_start
 from control.nodes import LaunchFields
@@ -54,7 +58,7 @@ examples:
 --node may be left out when the config names exactly one node.
 
 --json prints one JSON object on stdout (progress and errors go to stderr):
-  ls     {"ok", "node", "engines": [ENGINE...]}
+  ls     {"ok", "node", "engines": [ENGINE...], "services": [SERVICE...]}
   start  {"ok", "node", "action", "engine": ENGINE, "elapsed_s"}
   swap   {"ok", "node", "action", "engine": ENGINE, "previous": {"kind", "model"}, "swap_s"}
   stop   {"ok", "node", "action", "engine_id", "volumes_kept", "volumes_removed"}
@@ -63,6 +67,9 @@ examples:
   error  {"ok": false, "node", "action", "error": {"code", "message", ...}}
 ENGINE: id kind runtime state health url port gpu_ids model config simulated started_at
   healthy_at start_timeout_s message last_log_line exit_code volumes image_pull
+SERVICE (a Swarm service this node's agent deployed; each replica is an ENGINE of the
+  node running it): id kind runtime state (deployed | missing) replicas (asked for)
+  running (null: Swarm did not answer) nodes placement port config message
 image_pull (Compose engines): null, or {"image", "state": present | pulling | pulled,
   "done_bytes", "total_bytes", "layers_done", "layers_total"}
 error codes: config unreachable unauthorized refused_by_policy not_found refused
@@ -91,7 +98,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common.add_argument("--config", type=Path, default=None, help="config file naming the nodes")
     common.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
-    ls = actions.add_parser("ls", parents=[common], help="the engines the node runs")
+    ls = actions.add_parser(
+        "ls", parents=[common], help="the engines the node runs, and Swarm services it deployed"
+    )
     ls.set_defaults(func=run_ls)
 
     start = actions.add_parser("start", parents=[common], help="start an engine, wait for health")
@@ -277,23 +286,24 @@ def run_node_command(
 
 def run_ls(args: argparse.Namespace) -> int:
     async def command(client: AgentClient, node: NodeConfig) -> int:
-        engines = await client.engines()
+        engines, services = await client.listing()
         if args.json:
             print_json(
-                {"ok": True, "node": node.name, "engines": [engine_json(e) for e in engines]}
+                {
+                    "ok": True,
+                    "node": node.name,
+                    "engines": [engine_json(e) for e in engines],
+                    "services": [to_dict(s) for s in services],
+                }
             )
             return EXIT_OK
-        if not engines:
+        if engines:
+            print_table(engine_rows(engines))
+        elif not services:
             print(f"node {node.name} runs no engine")
-            return EXIT_OK
-        rows = [("ID", "KIND", "RUNTIME", "STATE", "HEALTH", "URL", "GPUS", "MODEL")]
-        for e in engines:
-            gpus = ",".join(str(g) for g in e.gpu_ids) or "-"
-            model = e.model or "-"
-            rows.append((e.id, e.kind, e.runtime, e.state, e.health, e.url or "-", gpus, model))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        for row in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + row[-1])
+        if services:
+            print(f"{chr(10) if engines else ''}Swarm services deployed from node {node.name}:")
+            print_table(service_rows(services))
         return EXIT_OK
 
     return run_node_command(args, "ls", command)

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agents.protocol import EngineInfo, KvCapacity
-from control.nodes import AgentLike, LaunchFields
+from agents.protocol import EngineInfo, KvCapacity, ServiceInfo
+from control.nodes import AgentLike, LaunchFields, NodeHandle
 from engines.catalog import kinds
 from engines.fit import GIB, KNOWN_MODELS, FileShape, FitEstimate, estimate_fit
 
@@ -281,3 +281,38 @@ async def stop_engine(
         f"{engine_id} stopped" + (f", removed {', '.join(remove_volumes)}" if what else ""), 1.0
     )
     return info
+
+
+async def scale_engine(
+    client: AgentLike, engine_id: str, replicas: int, progress: Progress
+) -> EngineInfo:
+    """Ask the agent that deployed a Swarm engine for ``replicas`` of it: Swarm places
+    them, and each node's agent lists the one it runs."""
+    progress(f"asking Swarm for {replicas} replica(s) of {engine_id}", 0.5)
+    info = await client.scale(engine_id, replicas)
+    progress(f"{engine_id}: Swarm places {replicas} replica(s)", 1.0)
+    return info
+
+
+async def swarm_services(
+    nodes: Sequence[NodeHandle],
+) -> tuple[list[tuple[str, ServiceInfo]], list[str]]:
+    """The Swarm services the agents of ``nodes`` deployed (a manager's agent lists them),
+    each with the node whose agent scales it; and, in words, the nodes that did not say."""
+
+    async def one(handle: NodeHandle) -> tuple[list[tuple[str, ServiceInfo]], str | None]:
+        if handle.client is None:
+            return [], f"{handle.name}: {handle.error or 'no agent client'}"
+        try:
+            _, services = await handle.client.listing()
+        except Exception as exc:  # that node's agent is away: the others still count
+            return [], f"{handle.name}: {exc}"
+        return [(handle.name, s) for s in services], None
+
+    found: list[tuple[str, ServiceInfo]] = []
+    unanswered: list[str] = []
+    for services, why in await asyncio.gather(*(one(n) for n in nodes)):
+        found.extend(services)
+        if why is not None:
+            unanswered.append(why)
+    return found, unanswered

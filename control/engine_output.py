@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from agents.client import AgentError
-from agents.protocol import EngineInfo, to_dict
+from agents.protocol import EngineInfo, ServiceInfo, to_dict
 from control.config import ConfigError
 from control.engine_ops import EngineFailed
 from control.ssh_tunnel import TunnelError
@@ -81,6 +82,41 @@ def engine_json(info: EngineInfo) -> dict[str, object]:
         "image_pull": None if info.image_pull is None else to_dict(info.image_pull),
     }
     return {name: values[name] for name in ENGINE_FIELDS}
+
+
+def engine_rows(engines: Sequence[EngineInfo]) -> list[tuple[str, ...]]:
+    """``engine ls``'s table of a node's engines, its heading first."""
+    rows: list[tuple[str, ...]] = [
+        ("ID", "KIND", "RUNTIME", "STATE", "HEALTH", "URL", "GPUS", "MODEL")
+    ]
+    for e in engines:
+        gpus = ",".join(str(g) for g in e.gpu_ids) or "-"
+        rows.append(
+            (e.id, e.kind, e.runtime, e.state, e.health, e.url or "-", gpus, e.model or "-")
+        )
+    return rows
+
+
+def service_rows(services: Sequence[ServiceInfo]) -> list[tuple[str, ...]]:
+    """``engine ls``'s table of the Swarm services a manager's agent deployed: replicas
+    running of those asked for, where they may run and where they do."""
+    rows: list[tuple[str, ...]] = [
+        ("ID", "KIND", "STATE", "REPLICAS", "PORT", "PLACEMENT", "NODES", "MODEL")
+    ]
+    for s in services:
+        running = "?" if s.running is None else str(s.running)
+        nodes = ",".join(s.nodes) or "-"
+        port = "-" if s.port is None else str(s.port)
+        replicas = f"{running}/{s.replicas}"
+        rows.append((s.id, s.kind, s.state, replicas, port, s.placement, nodes, s.model or "-"))
+    return rows
+
+
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    """Columns padded to their widest cell; the last one (a model name) as it is."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + row[-1])
 
 
 def print_json(data: dict[str, object]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agents.protocol import EngineInfo, ModelInventory, ModelPull, NodeInfo
+from agents.protocol import EngineInfo, ModelInventory, ModelPull, NodeInfo, ServiceInfo
 from control.ssh_tunnel import SshTunnel
 from telemetry import TelemetryFrame
 
@@ -26,6 +26,8 @@ class AgentLike(Protocol):
     ) -> AsyncIterator[TelemetryFrame]: ...
 
     async def engines(self) -> Sequence[EngineInfo]: ...
+
+    async def listing(self) -> tuple[Sequence[EngineInfo], Sequence[ServiceInfo]]: ...
 
     async def models(self) -> ModelInventory: ...
 
@@ -56,6 +58,8 @@ class AgentLike(Protocol):
     ) -> EngineInfo: ...
 
     async def stop(self, engine_id: str, remove_volumes: Sequence[str] = ()) -> EngineInfo: ...
+
+    async def scale(self, engine_id: str, replicas: int) -> EngineInfo: ...
 
     async def swap(
         self,

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agents.protocol import EngineInfo, ImagePull, KvCapacity, config_model
+from agents.protocol import EngineInfo, ImagePull, KvCapacity, ServiceInfo, config_model
 from agents.security import redacted
 
 
@@ -168,7 +168,7 @@ class VolumeRuntime(Protocol):
 @runtime_checkable
 class TaskRuntime(Protocol):
     """A runtime that deploys services an orchestrator places (``deploys_services``): the
-    agent that deploys one does not list it; each node lists the tasks it runs."""
+    agent that deploys one lists it as a service; each node lists the tasks it runs."""
 
     deploys_services: bool
 
@@ -176,6 +176,9 @@ class TaskRuntime(Protocol):
         """A service this agent deployed, from its record (to stop or scale it here)."""
 
     async def scale(self, dep: Deployment, replicas: int) -> None: ...
+
+    async def services(self) -> list[ServiceInfo]:
+        """The services this agent deployed, with the replicas the orchestrator runs."""
 
     def watch_tasks(self, on_task: TaskCallback) -> Callable[[], None] | None:
         """Start reporting this node's tasks; returns a function that stops it (or None)."""

@@ -3,7 +3,8 @@ file (see :mod:`agents.runtime.swarm_stack`), placed by node name or node label,
 replicas and Swarm's restart policy.
 
 Two roles, one runtime.  On a manager node the agent deploys, scales and removes the
-stack ``infer-<id>`` (the service itself is not this node's engine: Swarm places it).
+stack ``infer-<id>`` (the service itself is not this node's engine: Swarm places it;
+the agent lists it as a service, with Swarm's word on its replicas: ``swarm_services``).
 On every node the agent finds the tasks Swarm runs there by their ``org.infer-top.*``
 labels and lists each as a deployment of this node (the manager hears of them through
 :meth:`SwarmRuntime.watch_tasks`): so the fleet shows each replica under its node, and
@@ -15,18 +16,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agents.catalog_adapter import get_spec
+from agents.catalog_adapter import UnknownEngine, get_spec
+from agents.protocol import ServiceInfo
 from agents.runtime import Deployment, ExitCallback, RuntimeError_, TaskCallback
 from agents.runtime.compose import ComposeRuntime, command_lines, run_command
 from agents.runtime.state import deployment_from_record
+from agents.runtime.swarm_services import ServiceTasks, service_tasks
 from agents.runtime.swarm_stack import (
     LABEL_CONFIG,
     LABEL_PORT,
@@ -36,15 +40,18 @@ from agents.runtime.swarm_stack import (
     StackError,
     bind_to,
     checked_replicas,
+    config_files,
     stack_file,
     task_labels,
 )
-from agents.security import SECRET_CONFIG_KEYS
+from agents.security import SECRET_CONFIG_KEYS, open_private, private_dir, redacted
 from compose import LABEL_DEPLOYMENT, LABEL_ENGINE
 
 log = logging.getLogger(__name__)
 
 _NOT_MANAGER = "not a swarm manager"
+_ASK_SWARM_S = 10.0
+"""Bound on asking Docker for the services' tasks: an engine list never hangs on it."""
 
 
 class SwarmRuntime(ComposeRuntime):
@@ -52,10 +59,14 @@ class SwarmRuntime(ComposeRuntime):
 
     name = "swarm"
     deploys_services = True
-    """The manager does not list what it deploys: the nodes running its tasks do."""
+    """The manager lists what it deploys as services; the nodes list the tasks they run."""
 
     def service(self, dep: Deployment) -> str:
         return f"{dep.project}_{SERVICE}"
+
+    def _configs_dir(self, dep: Deployment) -> Path:
+        """Where the stack's inline configs are written (``config_files``)."""
+        return Path(self.state.dir) / f"{dep.id}.configs"
 
     def _stack(self, dep: Deployment, rendered: dict[str, Any]) -> dict[str, Any]:
         spec = get_spec(dep.kind)
@@ -78,6 +89,7 @@ class SwarmRuntime(ComposeRuntime):
                         sort_keys=True,
                     ),
                 ),
+                configs_dir=str(self._configs_dir(dep)),
             )
         except StackError as exc:
             raise RuntimeError_(f"cannot deploy {dep.kind} on Swarm: {exc}") from exc
@@ -93,6 +105,12 @@ class SwarmRuntime(ComposeRuntime):
             bind_to(dep.kind, {"command": []}, dep.host, int(dep.port or 0))
         except StackError as exc:
             raise RuntimeError_(str(exc)) from exc
+        if dep.config.get("api_key") and get_spec(dep.kind).api_key_env is None:
+            raise RuntimeError_(
+                f"{dep.kind} takes its API key as a flag, which the agents of the nodes "
+                "running its replicas cannot read back to reach it: run it keyed with the "
+                "compose runtime, or without a key on Swarm"
+            )
 
     async def _docker_cli(self, *args: str, timeout_s: float = 120) -> str:
         """The ``docker`` CLI (stack and service commands have no SDK call), on the
@@ -121,7 +139,13 @@ class SwarmRuntime(ComposeRuntime):
         rendered = yaml.safe_load(await self._compose(dep, "config", env=env))
         stack_path = Path(self.state.dir) / f"{dep.id}.stack.yml"
         stack_path.touch(mode=0o600)  # the engine's environment may hold its API key
-        stack_path.write_text(yaml.safe_dump(self._stack(dep, rendered), sort_keys=False))
+        stack = self._stack(dep, rendered)
+        if inline := config_files(rendered, str(self._configs_dir(dep))):
+            private_dir(self._configs_dir(dep))
+            for config_path, content in inline.values():
+                with open_private(Path(config_path), "w") as fh:
+                    fh.write(content)
+        stack_path.write_text(yaml.safe_dump(stack, sort_keys=False))
         return stack_path
 
     async def start(self, dep: Deployment) -> None:
@@ -158,6 +182,7 @@ class SwarmRuntime(ComposeRuntime):
         await self._docker_cli("stack", "rm", dep.project)
         self.state.remove(dep.id)
         (Path(self.state.dir) / f"{dep.id}.stack.yml").unlink(missing_ok=True)
+        shutil.rmtree(self._configs_dir(dep), ignore_errors=True)
 
     def forget(self, dep: Deployment) -> str:
         self.state.remove(dep.id)
@@ -171,6 +196,50 @@ class SwarmRuntime(ComposeRuntime):
         dep = deployment_from_record(record)
         dep.state, dep.health = "deployed", "unknown"
         return dep
+
+    async def services(self) -> list[ServiceInfo]:
+        """The services this agent deployed (its records), with the replicas Swarm is
+        asked for and the nodes their running tasks are on."""
+        records = self.state.all(self.name)
+        if not records:
+            return []
+        try:
+            swarm: dict[str, ServiceTasks] | None = await asyncio.wait_for(
+                asyncio.to_thread(lambda: service_tasks(self.docker)), _ASK_SWARM_S
+            )
+            unknown = ""
+        except Exception as exc:  # not a manager any more, Docker gone or slow
+            swarm, unknown = None, f"Swarm did not say how many replicas run ({exc})"
+        found = []
+        for record in records:
+            dep = deployment_from_record(record)
+            name = self.service(dep)
+            tasks = None if swarm is None else swarm.get(name)
+            asked = checked_replicas(dep.options.get("replicas"))
+            if swarm is not None and tasks is None:
+                state = "missing"
+                message = (
+                    f"Swarm has no service {name} (removed outside infer-top?): "
+                    "stop it here to forget it"
+                )
+            else:
+                state, message = "deployed", unknown or f"Swarm service {name}"
+            found.append(
+                ServiceInfo(
+                    id=dep.id,
+                    kind=dep.kind,
+                    runtime=self.name,
+                    state=state,
+                    replicas=asked if tasks is None else tasks.replicas,
+                    running=None if tasks is None else len(tasks.nodes),
+                    nodes=() if tasks is None else tasks.nodes,
+                    placement=Placement.from_option(dep.options.get("placement")).describe(),
+                    port=dep.port,
+                    config=redacted(dep.config),
+                    message=message,
+                )
+            )
+        return found
 
     def _containers(self, dep: Deployment) -> list[Any]:
         filters = {"label": [f"{LABEL_RUNTIME}=swarm", f"{LABEL_DEPLOYMENT}={dep.id}"]}
@@ -205,8 +274,17 @@ class SwarmRuntime(ComposeRuntime):
         for c in containers:
             dep = task_deployment(c.labels)
             if dep is not None:
-                found[dep.id] = dep
+                found[dep.id] = keyed(dep, c.attrs["Config"].get("Env") or ())
         return list(found.values())
+
+    def _environment(self, container: str) -> list[str]:
+        """A task container's environment (blocking), empty where it is gone already."""
+        try:
+            env: list[str] = self.docker.containers.get(container).attrs["Config"]["Env"]
+        except Exception as exc:  # removed between its start and this look
+            log.debug("cannot inspect task container %s: %s", container, exc)
+            return []
+        return env or []
 
     def watch(self, on_exit: ExitCallback) -> Callable[[], None] | None:
         return None  # tasks come and go through watch_tasks
@@ -246,6 +324,7 @@ class SwarmRuntime(ComposeRuntime):
                         continue
                     if action == "start":
                         reason = f"Swarm started task {name} on node {self.node}"
+                        dep = keyed(dep, self._environment(container))
                     elif action == "die" and container in stopping:
                         action, reason = "ending", f"Swarm is stopping task {name}"
                     elif action == "die":
@@ -264,7 +343,7 @@ class SwarmRuntime(ComposeRuntime):
 
 def task_deployment(labels: dict[str, str]) -> Deployment | None:
     """A task's deployment as its labels tell it (the service's launch settings without
-    secrets: the node's agent cannot send an engine's own API key for it)."""
+    secrets: ``keyed`` adds the engine's API key from its container)."""
     dep_id, kind = labels.get(LABEL_DEPLOYMENT), labels.get(LABEL_ENGINE)
     if not dep_id or not kind or labels.get(LABEL_RUNTIME) != "swarm":
         return None
@@ -282,3 +361,18 @@ def task_deployment(labels: dict[str, str]) -> Deployment | None:
         state="loading",
         health="loading",
     )
+
+
+def keyed(dep: Deployment, environment: Sequence[str]) -> Deployment:
+    """``dep`` with the engine's own API key, read from its task container's environment
+    (``KEY=VALUE`` entries) in the variable its spec takes it from: labels never carry
+    the key, and the node's agent needs it to health-check, measure and proxy the engine."""
+    try:
+        variable = get_spec(dep.kind).api_key_env
+    except UnknownEngine:
+        return dep
+    prefix = f"{variable}="
+    for entry in environment if variable else ():
+        if entry.startswith(prefix) and entry != prefix:
+            dep.config["api_key"] = entry[len(prefix) :]
+    return dep

@@ -2,14 +2,16 @@
 
 ``docker stack deploy`` takes Compose files, but a service in a swarm cannot publish a
 port on one node's loopback: the engine joins the node's ``host`` network instead and is
-told to listen on ``127.0.0.1:<port>`` itself, as the Compose engine's published port
-does.  The rest (image, command, environment, volumes, labels, health check) is the
-Compose file's, so one file drives both runtimes.  Pure functions: the runtime feeds them
+told to listen on ``127.0.0.1:<port>`` itself (its address flags rewritten, or the
+variable it reads them from), as the Compose engine's published port does.  The rest
+(image, command, environment, volumes, configs, labels, health check) is the Compose
+file's, so one file drives both runtimes.  Pure functions: the runtime feeds them
 ``compose config`` output and writes what they return.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,13 +27,15 @@ HOST_NETWORK = "hostnet"
 SERVICE = "engine"
 """The one service every Compose file in compose/ defines."""
 
-_BIND_ARGS: Mapping[str, tuple[str, str]] = {
-    # Appended after the Compose file's own flags: these engines parse their arguments
-    # with "the last one wins" (llama.cpp's common/arg.cpp, Python's argparse).
+_BIND_FLAGS: Mapping[str, tuple[str, str]] = {
+    # The address and port flags of each engine's command: the Compose file's values are
+    # rewritten (some engines refuse a flag given twice: TGI's clap), added where absent.
     "llamacpp": ("--host", "--port"),
     "vllm": ("--host", "--port"),
     "sglang": ("--host", "--port"),
     "lmdeploy": ("--server-name", "--server-port"),
+    "tgi": ("--hostname", "--port"),
+    "trtllm": ("--host", "--port"),
 }
 _BIND_ENV: Mapping[str, str] = {"ollama": "OLLAMA_HOST"}
 """Engines told their address in one environment variable (``host:port``)."""
@@ -95,20 +99,65 @@ def checked_replicas(option: object) -> int:
 
 def bind_to(kind: str, service: dict[str, Any], host: str, port: int) -> None:
     """Make the engine listen on ``host:port`` of the node's own network."""
-    if kind in _BIND_ARGS:
-        host_flag, port_flag = _BIND_ARGS[kind]
+    if kind in _BIND_FLAGS:
         command = service.get("command") or []
         if isinstance(command, str):
-            raise StackError(f"{kind}'s Compose command is one string: cannot add its address")
-        service["command"] = [*command, host_flag, host, port_flag, str(port)]
+            raise StackError(f"{kind}'s Compose command is one string: cannot set its address")
+        for flag, value in zip(_BIND_FLAGS[kind], (host, str(port)), strict=True):
+            command = _with_flag(command, flag, value)
+        service["command"] = command
     elif kind in _BIND_ENV:
         service.setdefault("environment", {})[_BIND_ENV[kind]] = f"{host}:{port}"
     else:
-        known = ", ".join(sorted([*_BIND_ARGS, *_BIND_ENV]))
+        known = ", ".join(sorted([*_BIND_FLAGS, *_BIND_ENV]))
         raise StackError(
             f"the swarm runtime cannot tell {kind} to listen on the node's loopback "
             f"(it can for {known}): run it with the compose runtime"
         )
+
+
+def _with_flag(command: list[str], flag: str, value: str) -> list[str]:
+    """``command`` with ``flag`` set to ``value``: where it is given (``FLAG V`` or
+    ``FLAG=V``) its value is replaced, else it is added, so the engine sees it once."""
+    out: list[str] = []
+    args = iter(command)
+    found = False
+    for arg in args:
+        if arg == flag:
+            next(args, None)  # the Compose file's value
+        elif not arg.startswith(f"{flag}="):
+            out.append(arg)
+            continue
+        if not found:
+            out += [flag, value]
+        found = True
+    return out if found else [*out, flag, value]
+
+
+def config_files(rendered: Mapping[str, Any], directory: str) -> dict[str, tuple[str, str]]:
+    """The Compose file's inline configs (``content``: ``docker stack deploy`` takes only
+    files) by name: the file each goes to under ``directory``, and its content."""
+    return {
+        name: (f"{directory}/{name}.conf", str(spec["content"]))
+        for name, spec in (rendered.get("configs") or {}).items()
+        if isinstance(spec, Mapping) and "content" in spec
+    }
+
+
+def _stack_configs(rendered: Mapping[str, Any], directory: str) -> dict[str, Any]:
+    """The stack's ``configs``: an inline one from its file, under a name that changes
+    with its content (Swarm never updates a config: a redeploy with new content makes a
+    new one)."""
+    inline = config_files(rendered, directory)
+    out: dict[str, Any] = {}
+    for name, spec in (rendered.get("configs") or {}).items():
+        if name in inline:
+            path, content = inline[name]
+            digest = hashlib.sha256(content.encode()).hexdigest()[:12]
+            out[name] = {"file": path, "name": f"{spec.get('name') or name}-{digest}"}
+        else:
+            out[name] = dict(spec)
+    return out
 
 
 def _health_on(service: dict[str, Any], container_port: int, port: int) -> None:
@@ -142,9 +191,11 @@ def stack_file(
     placement: Placement,
     replicas: int,
     labels: Mapping[str, str],
+    configs_dir: str,
 ) -> dict[str, Any]:
     """The stack file for ``docker stack deploy``: ``rendered`` is the engine's Compose
-    file as ``compose config`` printed it (variables filled in, ``extends`` merged)."""
+    file as ``compose config`` printed it (variables filled in, ``extends`` merged);
+    its inline configs are read from ``configs_dir`` (see ``config_files``)."""
     try:
         service = dict(rendered["services"][SERVICE])
     except (KeyError, TypeError):
@@ -187,6 +238,8 @@ def stack_file(
     }
     if volumes:
         stack["volumes"] = volumes
+    if configs := _stack_configs(rendered, configs_dir):
+        stack["configs"] = configs
     return stack
 
 

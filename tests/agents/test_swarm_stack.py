@@ -14,7 +14,8 @@ import yaml
 from agents.runtime import Deployment, RuntimeError_
 from agents.runtime.state import StateStore
 from agents.runtime.swarm import SwarmRuntime, task_deployment
-from agents.runtime.swarm_stack import Placement, StackError, checked_replicas
+from agents.runtime.swarm_stack import Placement, StackError, bind_to, checked_replicas
+from control.k8s import gpu_kinds
 
 IMAGE = "infer-top/llama-server:0.3.36-r1"
 
@@ -53,9 +54,9 @@ def test_rig_engine_becomes_a_host_network_service_on_the_chosen_node(tmp_path: 
     assert engine["image"] == IMAGE
     assert "ports" not in engine and engine["networks"] == ["hostnet"]
     assert data["networks"]["hostnet"] == {"external": True, "name": "host"}
-    # The Compose file's own flags, then the node's loopback and the deployment's port.
+    # The Compose file's own flags, its address rewritten: the node's loopback, the port.
     assert engine["command"][:2] == ["-m", "/models/tiny.gguf"]
-    assert engine["command"][-4:] == ["--host", "127.0.0.1", "--port", "18181"]
+    assert address(engine["command"], "--host", "--port") == ("127.0.0.1", "18181")
     assert "http://127.0.0.1:18181/health" in engine["healthcheck"]["test"]
     deploy = engine["deploy"]
     assert deploy["replicas"] == 1
@@ -104,13 +105,77 @@ def test_gpu_reservation_becomes_a_generic_resource(tmp_path: Path) -> None:
     assert reservations == {
         "generic_resources": [{"discrete_resource_spec": {"kind": "NVIDIA-GPU", "value": 2}}]
     }
-    assert engine["command"][-4:] == ["--host", "127.0.0.1", "--port", "18000"]
+    assert address(engine["command"], "--host", "--port") == ("127.0.0.1", "18000")
+
+
+def address(command: list[str], host_flag: str, port_flag: str) -> tuple[str, str]:
+    """The one address the engine's command gives: each flag exactly once, nothing bound
+    to every interface."""
+    assert command.count(host_flag) == 1 and command.count(port_flag) == 1, command
+    assert not [a for a in command if a.startswith((f"{host_flag}=", f"{port_flag}="))]
+    assert "0.0.0.0" not in command, command
+    at = command.index(host_flag), command.index(port_flag)
+    return command[at[0] + 1], command[at[1] + 1]
+
+
+GPU_ENGINES = {
+    # kind: (model, its address flags; None: the variable it reads instead)
+    "vllm": ("m/m", ("--host", "--port")),
+    "sglang": ("m/m", ("--host", "--port")),
+    "lmdeploy": ("m/m", ("--server-name", "--server-port")),
+    "tgi": ("m/m", ("--hostname", "--port")),
+    "trtllm": ("m/m", ("--host", "--port")),
+    "llamacpp": ("/models/tiny.gguf", ("--host", "--port")),
+    "ollama": ("llama3.2", None),
+}
+
+
+def test_the_table_covers_every_gpu_compose_file() -> None:
+    assert set(GPU_ENGINES) == set(gpu_kinds())
+
+
+@pytest.mark.parametrize("kind", sorted(GPU_ENGINES))
+def test_every_gpu_engine_listens_once_on_the_nodes_loopback(kind: str, tmp_path: Path) -> None:
+    model, flags = GPU_ENGINES[kind]
+    dep = Deployment(
+        id=f"sw{kind}", kind=kind, runtime="swarm", port=18765,
+        config={"model": model, "port": 18765},
+    )  # fmt: skip
+    swarm = runtime(tmp_path, "nvidia")
+    swarm.check(dep)
+    engine = stack(tmp_path, dep, "nvidia")["services"]["engine"]
+    health = " ".join(engine["healthcheck"]["test"])
+    if flags is None:  # its health check, `ollama list`, asks OLLAMA_HOST too
+        assert engine["environment"]["OLLAMA_HOST"] == "127.0.0.1:18765"
+        assert health == "CMD ollama list"
+    else:
+        assert address(engine["command"], *flags) == ("127.0.0.1", "18765")
+        assert "http://127.0.0.1:18765/health" in health
+
+
+def test_an_inline_config_goes_to_a_private_file_named_by_its_content(tmp_path: Path) -> None:
+    """TensorRT-LLM's options file is a Compose inline config; ``docker stack deploy``
+    takes files, and Swarm never updates a config: new content, new name."""
+    dep = Deployment(
+        id="swtrt", kind="trtllm", runtime="swarm", port=18765,
+        config={"model": "m/m", "port": 18765},
+    )  # fmt: skip
+    data = stack(tmp_path, dep, "nvidia")
+    assert data["services"]["engine"]["configs"][0]["source"] == "llm-api-options"
+    [(name, config)] = data["configs"].items()
+    assert name == "llm-api-options"
+    path = Path(config["file"])
+    assert path.read_text() == "{enable_iter_perf_stats: true}"
+    assert path.stat().st_mode & 0o077 == 0
+    assert config["name"].startswith("infer-swtrt_llm-api-options-")
+    dep.config["image"] = "nvcr.io/nvidia/tensorrt-llm/release:1.1.0"  # Prometheus too
+    renamed = stack(tmp_path, dep, "nvidia")["configs"]["llm-api-options"]
+    assert renamed["name"] != config["name"] and "return_perf_metrics" in path.read_text()
 
 
 def test_refusals_say_what_to_do(tmp_path: Path) -> None:
-    tgi = Deployment(id="sw3", kind="tgi", runtime="swarm", port=1, config={"model": "m/m"})
-    with pytest.raises(RuntimeError_, match="compose runtime"):
-        runtime(tmp_path, "nvidia").check(tgi)
+    with pytest.raises(StackError, match="compose runtime"):
+        bind_to("mystery", {"command": []}, "127.0.0.1", 1)
     with pytest.raises(RuntimeError_, match="plain word"):
         runtime(tmp_path).check(llama(placement={"node": "b || node.role==manager"}))
     with pytest.raises(StackError, match="KEY=VALUE"):

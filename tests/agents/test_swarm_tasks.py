@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from agents.config import AgentConfig
 from agents.manager import EngineManager
@@ -64,3 +65,27 @@ async def test_a_task_that_dies_on_its_own_is_a_crash(
         assert [e.kind for e in manager.events.backlog(0)] == ["crashed"]
     finally:
         await manager.session.close()
+
+
+async def test_a_deployed_service_is_listed_when_swarm_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deploying agent lists its service from its record, and says that it could not
+    count the replicas, rather than dropping it (or hanging) while Docker is away."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-docker.sock'}")
+    swarm = SwarmRuntime(node="a", platform="cpu", state=StateStore(tmp_path))
+    dep = task_deployment(LABELS)
+    assert dep is not None
+    dep.config["api_key"] = "sk-secret"
+    dep.options = {"placement": {"node": "b"}, "replicas": 2}
+    swarm.state.save(dep)
+    [service] = await swarm.services()
+    assert (service.id, service.state, service.replicas, service.running) == (
+        "svc1",
+        "deployed",
+        2,
+        None,
+    )
+    assert service.placement == "node.hostname == b" and service.model == "/models/tiny.gguf"
+    assert service.message is not None and "Swarm did not say" in service.message
+    assert service.config["api_key"] == "<redacted>"

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from agents.client import AgentClient, AgentError
-from agents.protocol import EngineInfo
+from agents.protocol import EngineInfo, ServiceInfo
 from tests.conftest import Rig
 from tests.fleet.conftest import write_config
 from tests.fleet.test_engine_cli import engine_cli, json_of
@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.netns, pytest.mark.docker]
 
 POOL = "infer-top.pool"
 """The node label the engine is placed by (b has it first; a gets it before b drains)."""
+API_KEY = "sk-swarm-rig"
+"""The engine's own key: the agent of the node running a replica reads it from the task."""
 SETTLE_S = 90.0
 """Bound on one step of Swarm's (a task started, restarted or moved, and healthy)."""
 
@@ -110,6 +112,23 @@ async def dropped_by(node: TestNode, engine_id: str) -> None:
     )
 
 
+async def service_on(manager: TestNode, engine_id: str, nodes: tuple[str, ...]) -> ServiceInfo:
+    """The service as the deploying (manager) node's agent lists it, once its running
+    replicas are on ``nodes``."""
+
+    async def placed() -> ServiceInfo | bool:
+        async with AgentClient(manager.agent_url, manager.token) as client:
+            _, services = await client.listing()
+        found = next((s for s in services if s.id == engine_id), None)
+        return found if found is not None and found.nodes == nodes else False
+
+    found = await apoll_until(
+        placed, f"service {engine_id} running on {nodes}", timeout_s=SETTLE_S, every_s=0.5
+    )
+    assert isinstance(found, ServiceInfo)
+    return found
+
+
 def answers_on_loopback(node: TestNode, port: int) -> bool:
     """Asked from inside the node: its own loopback."""
     probe = node.run("python3", "-c", PROBE, f"http://127.0.0.1:{port}/health", check=False)
@@ -133,8 +152,8 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
     config = write_config(tmp_path / "config.toml", swarm)
     done = engine_cli(
         "start", "llamacpp", "--node", "a", "--runtime", "swarm", "--place-label", f"{POOL}=rig",
-        "--model", "/models/tiny.gguf", "--max-num-seqs", "2", "--context-len", "2048", "--json",
-        config=config,
+        "--model", "/models/tiny.gguf", "--max-num-seqs", "2", "--context-len", "2048",
+        "--set", f"api_key={API_KEY}", "--json", config=config,
     )  # fmt: skip
     deployed = json_of(done)["engine"]
     assert deployed["state"] == "deployed", deployed["message"]
@@ -143,8 +162,17 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         # Placed on b: b's agent lists it, it answers on b's loopback and not on a's.
         on_b = await healthy_on(b, engine_id)
         assert on_b.runtime == "swarm" and on_b.config["model"] == "/models/tiny.gguf"
+        assert on_b.config["api_key"] == "<redacted>", "b's agent holds the engine's key"
         assert await listed(a, engine_id) is None
         await framed_by(b, engine_id)
+        # The manager's agent lists the service it deployed: `engine ls` against a.
+        service = await service_on(a, engine_id, ("b",))
+        assert (service.state, service.replicas, service.running) == ("deployed", 1, 1)
+        assert service.placement == f"node.labels.{POOL} == rig"
+        shown = engine_cli("ls", "--node", "a", config=config)
+        assert shown.returncode == 0, shown.stderr
+        [row] = [line.split() for line in shown.stdout.splitlines() if engine_id in line]
+        assert {"deployed", "1/1", "b", "/models/tiny.gguf"} <= set(row), shown.stdout
         assert not await in_frame(a, engine_id)
         assert answers_on_loopback(b, port) and not answers_on_loopback(a, port)
 
@@ -156,7 +184,8 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
                 await client.stop(engine_id)
         assert (await healthy_on(b, engine_id)).id == engine_id  # still running
 
-        # A node-side load test through b's agent; its records reach SQLite here.
+        # A node-side load test through b's agent, which sends the keyed engine its key
+        # (from the task's container); its records reach SQLite here.
         db = tmp_path / "runs.db"
         code, _out, err = await bench(
             "--config", str(config),
@@ -167,8 +196,10 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         assert code == 0, err
         with sqlite3.connect(db) as conn:
             [(node, status)] = conn.execute("SELECT node, status FROM runs").fetchall()
-            [(records,)] = conn.execute("SELECT count(*) FROM requests").fetchall()
-        assert (node, status, records) == ("b", "completed", 4)
+            [(records, failed)] = conn.execute(
+                "SELECT count(*), count(error_kind) FROM requests"
+            ).fetchall()
+        assert (node, status, records, failed) == ("b", "completed", 4, 0)
 
         # Killed: Swarm starts a new task on b, and b's agent shows the restart.
         [container] = task_containers(b, engine_id)
@@ -187,6 +218,7 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         await healthy_on(a, engine_id)
         await framed_by(a, engine_id)
         await dropped_by(b, engine_id)
+        await service_on(a, engine_id, ("a",))
         assert answers_on_loopback(a, port) and not answers_on_loopback(b, port)
         # Swarm's stop is no crash: b says the task is gone.
         kinds = (await events_of(b, engine_id))[before:]
@@ -197,6 +229,8 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         json_of(engine_cli("scale", engine_id, "2", "--node", "a", "--json", config=config))
         await healthy_on(b, engine_id)
         await healthy_on(a, engine_id)
+        scaled = await service_on(a, engine_id, ("a", "b"))
+        assert (scaled.replicas, scaled.running) == (2, 2)
 
         # A swap redeploys the service: Swarm replaces both replicas, both agents follow.
         swapped_at = time.time()

@@ -14,6 +14,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, SelectionList
 
+from agents.protocol import ServiceInfo
 from tests.tui.conftest import (
     NODE_PROCESSES,
     SIZE,
@@ -25,6 +26,7 @@ from tests.tui.conftest import (
 )
 from tests.tui.helpers import wait_until
 from tui.app import InferTopApp
+from tui.screens.scale import ScaleEngine
 
 
 def feed(
@@ -428,6 +430,25 @@ def test_engines_ask_before_stop_or_swap(snap_compare: Any, action: str) -> None
         screen._client = lambda: object()
         getattr(screen, f"action_{action}")()
         await wait_until(pilot, lambda: bool(app.screen.query("#yes")), "the question")
+        await settle(pilot, app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=before)
+
+
+def test_engines_scale_asks_how_many_replicas(snap_compare: Any) -> None:
+    """``r``: the Swarm services the nodes' agents deployed, the one picked in the table
+    first, with the replicas asked for now and where they run."""
+    app = frozen_app()
+    service = ServiceInfo(
+        id="3f9a1c2b7d", kind="vllm", runtime="swarm", state="deployed", replicas=2,
+        running=2, nodes=("h200-0", "h200-1"), placement="node.labels.pool == h200",
+        port=8000, config={"model": "meta-llama/Llama-3.1-70B-Instruct"},
+    )  # fmt: skip
+
+    async def before(pilot: Pilot[Any]) -> None:
+        await open_screen(pilot, app, "3", nodes=1)
+        app.push_screen(ScaleEngine([("h200-0", service)], service.id))
+        await wait_until(pilot, lambda: bool(app.screen.query("#scale-yes")), "the dialog")
         await settle(pilot, app)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=before)

@@ -28,6 +28,7 @@ from control.engine_ops import (
     SWITCH_CHOICES,
     engine_choices,
     fit_view,
+    scale_engine,
     start_engine,
     stop_engine,
     swap_engine,
@@ -40,6 +41,7 @@ from control.services import describe_error
 from tui.fasttable import Cell
 from tui.messages import EngineActionDone, EngineProgress
 from tui.screens.base import BaseScreen
+from tui.screens.scale import ask_scale
 from tui.screens.shared import Confirm
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
@@ -70,6 +72,7 @@ class EngineScreen(BaseScreen):
         Binding("s", "start", "Start"),
         Binding("x", "stop", "Stop"),
         Binding("w", "swap", "Swap"),
+        Binding("r", "scale", "Scale"),
     ]
 
     def body(self) -> ComposeResult:
@@ -387,6 +390,16 @@ class EngineScreen(BaseScreen):
             "Stop",
             lambda: self._run(node, "stop", stop_engine(client, engine, self._progress)),
         )
+
+    def action_scale(self) -> None:
+        self._scale(self._selected_engine())
+
+    @work(exclusive=True, group="engine-scale", exit_on_error=False)
+    async def _scale(self, selected: str | None) -> None:
+        choice = await ask_scale(self.app, self.top.services, selected)
+        if choice is not None:
+            op = scale_engine(choice.client, choice.engine_id, choice.replicas, self._progress)
+            self._run(choice.node, "scale", op)
 
     def _engine_label(self, node: str, engine_id: str) -> str:
         """The engine in words: its kind, id and node."""
