@@ -145,7 +145,9 @@ class BaseScreen(Screen[None]):
     def refresh_header(self) -> None:
         """Redraw the tabs line when the alerts badge changed (every redraw asks)."""
         if self._badge() != self._shown_badge:
-            self.query_one("#tabs", Static).update(self._tabs())
+            # one line high (the stylesheet), so no layout: a layout repaints the whole
+            # screen, and a busy fleet's badge changes at nearly every redraw
+            self.query_one("#tabs", Static).update(self._tabs(), layout=False)
         problem = self.top.store_problem
         if problem != self._shown_store_problem:
             self._shown_store_problem = problem
