@@ -274,7 +274,9 @@ class InferTopApp(App[int]):
         self._recording[node] += 1 if on else -1
 
     def _notify_fleet(self) -> None:
-        if not self._fleet_pending:
+        # a redraw already due shows this change too: no message per frame (256 a second
+        # from a fleet of 256 nodes, each through Textual's dispatch for nothing)
+        if not self._fleet_pending and self._refresh_timer is None:
             self._fleet_pending = True
             self.post_message(FleetChanged())
 
