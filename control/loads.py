@@ -214,7 +214,7 @@ async def _run_distributed(
 ) -> AsyncGenerator[ProgressEvent, None]:
     """The run split over the load nodes' agents (``run_distributed``), each running the
     profile's levels; a load node over ssh reaches the engine's agent back through ssh."""
-    from control.distributed import AgentRef, run_distributed, share_ref, unreachable
+    from control.distributed import AgentRef, Share, run_distributed, share_ref, unreachable
 
     handles = request.handles
     names = (request.node, *request.load_nodes)
@@ -237,13 +237,13 @@ async def _run_distributed(
     p = request.profile.spread(len(request.load_nodes))
     async with contextlib.AsyncExitStack() as stack:
         shares = [
-            await share_ref(stack, refs[n], handles[n].tunnel, engine)
+            Share(await share_ref(stack, refs[n], handles[n].tunnel, engine), engine)
             if n != request.node
-            else engine
+            else Share(engine, engine)
             for n in request.load_nodes
         ]
         events = run_distributed(
-            engine, request.engine_id, shares, p.spec(), p.workload(), record,
+            shares, request.engine_id, p.spec(), p.workload(), record,
             model=request.model, origin="tui", name=f"{request.engine_kind} {request.engine_id}",
         )  # fmt: skip
         async with contextlib.aclosing(events):  # closing it stops every share on its node
