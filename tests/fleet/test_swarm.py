@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -19,6 +20,8 @@ import pytest
 
 from agents.client import AgentClient, AgentError
 from agents.protocol import EngineInfo, ServiceInfo
+from control.config import load_config
+from control.wiring import build_services
 from loadgen.stats import percentiles
 from store import open_store
 from tests.conftest import Rig
@@ -27,7 +30,11 @@ from tests.fleet.test_engine_cli import engine_cli, json_of
 from tests.loadgen.conftest import bench
 from tests.netns import PROBE, TestNode, network_nodes
 from tests.netns_docker import NodeDocker, load_image
+from tests.tui.conftest import SIZE
+from tests.tui.driving import run_smoke_load
+from tests.tui.helpers import text_of, wait_until
 from tests.waiting import apoll_until
+from tui.app import create_app
 
 pytestmark = [pytest.mark.netns, pytest.mark.docker]
 
@@ -208,6 +215,33 @@ async def load_over_replicas(
         )
 
 
+async def load_screen_over_replicas(
+    nodes: dict[str, TestNode], engine_id: str, config_path: Path, db: Path
+) -> None:
+    """The Load screen's target "all replicas of ID": the smoke profile run by each
+    replica's node against its own replica, one run in the store."""
+    config = replace(load_config(config_path), db_path=db)
+    async with build_services(config) as services:
+        app = create_app(config, services=services)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("4")
+            key = f"replicas/{engine_id}"
+            await wait_until(
+                pilot, lambda: key in app.screen.target_keys, "the replicas as a target", 60
+            )
+            await run_smoke_load(pilot, key)
+            path = text_of(pilot, "#load-path")
+        assert services.store is not None
+        [run] = services.store.list_runs()
+        records = list(services.store.iter_requests(run.run_id))
+    assert "load from a,b → replicas on a,b (distributed: a node-local, b node-local)" in path
+    assert run.status == "completed", run.status_reason
+    # The smoke profile (4 requests a level, 2 levels) on each of the two nodes.
+    assert sorted((str(r.load_node), str(r.engine_node)) for r in records) == (
+        [("a", "a")] * 8 + [("b", "b")] * 8
+    )
+
+
 async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
     swarm: dict[str, TestNode], tmp_path: Path
 ) -> None:
@@ -300,6 +334,7 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         # A load test over both replicas, through the manager that deployed the service:
         # each node's agent loads its own replica on its loopback; one run reaches SQLite.
         await load_over_replicas((a, b), engine_id, port, config, tmp_path / "replicas.db")
+        await load_screen_over_replicas(swarm, engine_id, config, tmp_path / "tui.db")
 
         # A swap redeploys the service: Swarm replaces both replicas, both agents follow.
         swapped_at = time.time()
