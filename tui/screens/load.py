@@ -157,10 +157,11 @@ class LoadScreen(BaseScreen):
         """The targets that load every replica of a Swarm service: the nodes running one."""
         return replica_targets(self.top.model.engines())
 
-    def _label(self, key: str, engine: EngineTelemetry) -> str:
+    @staticmethod
+    def _label(key: str, engine: EngineTelemetry, replicas: dict[str, tuple[str, ...]]) -> str:
         # kind first: a narrow select cuts the end, not what the engine is
         kind = f"{engine.kind}{' SIM' if engine.simulated else ''}"
-        nodes = self._replicas().get(key)
+        nodes = replicas.get(key)
         if nodes is None:
             return f"{kind} · {key}"
         return f"{kind} · all replicas of {engine.id} ({', '.join(nodes)})"
@@ -175,7 +176,10 @@ class LoadScreen(BaseScreen):
         if self.target_keys != keys:
             current = select.value
             self.target_keys = keys
-            select.set_options([(self._label(k, e), k) for k, (_, e, _) in sorted(targets.items())])
+            replicas = self._replicas()  # once for all the options, not once per option
+            select.set_options(
+                [(self._label(k, e, replicas), k) for k, (_, e, _) in sorted(targets.items())]
+            )
             if current in keys:
                 select.value = current
             elif isinstance(current, str):  # never another engine in its place, silently
