@@ -37,6 +37,7 @@ from control.distributed import bench_distributed, check_reach, split_spec
 from control.noderuns import NodeRunEnded, bench_on_node
 from control.preflight import GENERIC_KIND, PreflightError, preflight
 from control.reach import Placement, agent_target, find_node
+from control.replicas import bench_replicas, replica_nodes
 from control.ssh_tunnel import TunnelError
 from control.transport import held
 from loadgen.process import TermAsInterrupt, new_run_id, run_in_new_loop
@@ -144,19 +145,35 @@ def run(args: argparse.Namespace) -> int:
     if args.via_proxy and args.load_nodes:
         err.print("[red]error:[/] --load-nodes generates the load on those nodes: no --via-proxy")
         return 2
+    if args.all_replicas and (args.node is None or args.via_proxy or args.load_nodes):
+        err.print(
+            "[red]error:[/] --all-replicas goes with --node (the Swarm manager that deployed "
+            "the service) and --engine-id (the service), without --via-proxy or --load-nodes"
+        )
+        return 2
     if args.node is None:
         return _run(args, spec, workload, target, placement, None, err)
+    replicas: tuple[str, ...] = ()
     try:
         node = find_node(args.config, args.node)
+        if args.all_replicas:
+            replicas = run_in_new_loop(replica_nodes(node, args.engine_id))
+            split_spec(spec, len(replicas))  # each replica's share is a valid profile
+            node = find_node(args.config, replicas[0])  # checked through a replica's agent
         if args.load_nodes:
             # refused before anything runs
             check_reach(node, [find_node(args.config, name) for name in args.load_nodes])
         # the node's link (an ssh tunnel) stays up for the whole run: the load goes over it
         with held(node) as link:
             target, placement = run_in_new_loop(agent_target(node, link, args.engine_id, target))
-            return _run(args, spec, workload, target, placement, node, err)
+            # a run over replicas stores no one node's GPU telemetry as its engine's
+            engine_node = None if replicas else node
+            return _run(args, spec, workload, target, placement, engine_node, err, replicas)
     except (ConfigError, TunnelError, AgentError, OSError, aiohttp.ClientError) as exc:
         err.print(f"[red]error:[/] {exc}")
+        return 2
+    except ProfileError as exc:
+        err.print(f"[red]error:[/] --all-replicas over {len(replicas)} replicas: {exc}")
         return 2
 
 
@@ -168,9 +185,12 @@ def _run(
     placement: Placement,
     node: NodeConfig | None,
     err: Console,
+    replicas: tuple[str, ...] = (),
 ) -> int:
     """The run itself, its engine found (``run``); ``node`` is the engine's node, whose
-    GPU telemetry over the run is stored with it (``control.bench_telemetry``)."""
+    GPU telemetry over the run is stored with it (``control.bench_telemetry``);
+    ``replicas``: the nodes running a Swarm service's replicas, one share each
+    (``--all-replicas``, ``control.replicas``)."""
     try:
         PromptSource(workload)  # an unreadable dataset is bad input, found before any request
     except WorkloadError as exc:
@@ -251,7 +271,12 @@ def _run(
         if progress is not None:
             progress.start()
         with term:
-            if args.load_nodes:
+            if replicas:
+                running = bench_replicas(
+                    args.config, replicas, args.engine_id, spec, workload, emit_node,
+                    model=target.model, chat=target.chat, name=args.name,
+                )  # fmt: skip
+            elif args.load_nodes:
                 running = bench_distributed(
                     args.config, args.node, args.engine_id, args.load_nodes, spec, workload,
                     emit_node, model=target.model, chat=target.chat, name=args.name,

@@ -38,6 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "concurrency or rate divided between them, started together on clocks measured "
         "here; --node's own agent loads it over loopback, the others through its proxy)",
     )
+    t.add_argument(
+        "--all-replicas",
+        action="store_true",
+        help="with --node and --engine-id naming a Swarm service and the manager node whose "
+        "agent deployed it: one run over every replica, each replica's node loading its own "
+        "replica over loopback (concurrency or rate divided between them, started together, "
+        "one stored run whose records name the node and replica of each request)",
+    )
     t.add_argument("--model", help="model name the engine serves (default: the engine's)")
     t.add_argument(
         "--engine",

@@ -154,10 +154,23 @@ def split_workload(workload: Workload, shares: int) -> tuple[Workload, ...]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One share of a split run: the agent that generates it, and the agent whose engine
+    (or replica of a Swarm service) it loads: over loopback where they are one node,
+    else through that engine's agent's proxy."""
+
+    load_node: AgentRef
+    engine: AgentRef
+
+    @property
+    def node_local(self) -> bool:
+        return self.load_node.name == self.engine.name
+
+
 async def run_distributed(
-    engine: AgentRef,
+    shares: Sequence[Share],
     engine_id: str,
-    load_nodes: Sequence[AgentRef],
     spec: LoadSpec,
     workload: Workload,
     record: RunEventSink,
@@ -168,67 +181,79 @@ async def run_distributed(
     name: str | None = None,
     start_lead_s: float = START_LEAD_S,
 ) -> AsyncGenerator[ProgressEvent, None]:
-    """The merged run's progress events, the last of them its end; ``record`` gets the
-    merged run's every event. Closing it early stops every share on its node (their cut
-    requests are recorded). ProfileError, AgentError before anything started."""
-    names = [n.name for n in load_nodes]
+    """The run split into ``shares``: against one engine (``Share(node, engine)`` for
+    each load node), or over every replica of a Swarm service (``Share(node, node)`` for
+    each replica's node: each replica is an engine of its node's agent, under the
+    service's id, loaded over its loopback; each record then names the replica it hit,
+    ``RequestRecord.engine_node``). The merged run's progress events, the last of them
+    its end; ``record`` gets the merged run's every event. Closing it early stops every
+    share on its node (their cut requests are recorded). ProfileError, AgentError before
+    anything started."""
+    names = [s.load_node.name for s in shares]
     if not names or len(set(names)) != len(names):
         raise ProfileError(f"name each load node once: {', '.join(names) or 'none'}")
-    shares, workloads = split_spec(spec, len(names)), split_workload(workload, len(names))
-    refs = {ref.name: ref for ref in load_nodes}
+    specs, workloads = split_spec(spec, len(names)), split_workload(workload, len(names))
+    engines = list(dict.fromkeys(s.engine.name for s in shares))  # in the shares' order
     async with contextlib.AsyncExitStack() as stack:
+        agents = {s.load_node.name: s.load_node for s in shares}
+        agents.update((s.engine.name, s.engine) for s in shares)
         clients = {
-            ref.name: await stack.enter_async_context(AgentClient(ref.url, ref.token))
-            for ref in (engine, *load_nodes)
+            node: await stack.enter_async_context(AgentClient(ref.url, ref.token))
+            for node, ref in agents.items()
         }
-        info = await clients[engine.name].engine(engine_id)
-        if info.url is None:
-            raise AgentError(409, f"engine {engine_id} on {engine.name} has no address yet")
+        infos = {node: await clients[node].engine(engine_id) for node in engines}
+        for node, found in infos.items():
+            if found.url is None:
+                raise AgentError(409, f"engine {engine_id} on {node} has no address yet")
+        info = infos[engines[0]]
         model = model or str(info.config.get("model") or "")
         clocks = {node: await measure_clock(client) for node, client in clients.items()}
-        base_s = clocks[engine.name].offset_s  # the run's timeline: the engine node's clock
+        base_s = clocks[engines[0]].offset_s  # the run's timeline: the (first) engine's node
         setup = describe_run(
             spec,
             workload,
-            Target(info.url, model, info.kind, chat=chat),
+            Target(str(info.url), model, info.kind, chat=chat),
             origin=origin,
             name=name,
-            node=engine.name,
+            node=",".join(engines),
             deployment_id=info.id,
-            gpu_ids=tuple(info.gpu_ids),
+            gpu_ids=tuple(info.gpu_ids) if len(engines) == 1 else (),
             simulated=info.simulated,
             load_node=",".join(names),
             path="distributed",
             load_nodes=tuple(
                 LoadNodeShare(
-                    node,
-                    "node-local" if node == engine.name else "proxied",
-                    clocks[node].offset_s,
-                    clocks[node].rtt_s,
+                    s.load_node.name,
+                    "node-local" if s.node_local else "proxied",
+                    clocks[s.load_node.name].offset_s,
+                    clocks[s.load_node.name].rtt_s,
                 )
-                for node in names
+                for s in shares
             ),
             engine=engine_facts(info),
         )
         run_id = new_run_id()
         offsets = {node: clocks[node].offset_s - base_s for node in names}
-        merger = Merger(run_id, spec, shares, names, offsets, record)
+        hit = [s.engine.name for s in shares] if len(engines) > 1 else None
+        merger = Merger(run_id, spec, specs, names, offsets, record, engine_nodes=hit)
         start_s = time.time() + start_lead_s  # on this machine's clock
         yield merger.start(RunStarted(run_id, len(spec.levels), (), setup, start_s + base_s))
         started: list[tuple[int, str]] = []
         try:
-            for i, node in enumerate(names):
-                start_at = start_s + clocks[node].offset_s  # the same instant, on its clock
-                load = (plain(shares[i]), plain(workloads[i]))
-                if node == engine.name:
-                    run = await clients[node].start_load(
+            for i, share in enumerate(shares):
+                client = clients[share.load_node.name]
+                start_at = start_s + clocks[share.load_node.name].offset_s  # one instant
+                load = (plain(specs[i]), plain(workloads[i]))
+                if share.node_local:
+                    run = await client.start_load(
                         engine_id, *load, model=model, chat=chat, origin=origin, name=name,
                         start_at=start_at,
                     )  # fmt: skip
                 else:
-                    run = await clients[node].start_peer_load(
-                        refs[node].engine_url or engine.url, engine.token, engine_id, *load,
-                        model=model, chat=chat, origin=origin, name=name, start_at=start_at,
+                    run = await client.start_peer_load(
+                        share.load_node.engine_url or share.engine.url, share.engine.token,
+                        engine_id, *load, model=model, chat=chat, origin=origin, name=name,
+                        start_at=start_at,
                     )  # fmt: skip
                 started.append((i, run.run_id))
         except BaseException as exc:  # refused, or stopped meanwhile: stop those started
@@ -322,7 +347,7 @@ async def bench_distributed(
             ref = AgentRef(node.name, link.url, node.read_token())
             refs.append(await share_ref(stack, ref, link.tunnel, engine))
         events = run_distributed(
-            engine, engine_id, refs, spec, workload,
+            [Share(ref, engine) for ref in refs], engine_id, spec, workload,
             EmitSink(emit), model=model, chat=chat, origin="bench", name=name,
         )  # fmt: skip
         return await run_result(events, f"on nodes {', '.join(load_nodes)}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -22,6 +22,7 @@ from control.nodes import NodeHandle
 from control.reach import engine_route
 from runs.events import ProgressEvent, RunEventSink, RunFailed
 from runs.setup import RunPath, RunSetup
+from telemetry import EngineTelemetry
 
 PROFILES: tuple[LoadProfile, ...] = BUILT_IN
 """The built-in profiles (the config file adds its own: ``control.load_profiles``)."""
@@ -68,6 +69,9 @@ class LoadRequest:
     load_nodes: tuple[str, ...] = ()
     """Nodes whose agents share the load, each running the profile (a distributed run,
     ``control.distributed``); empty: one place, as ``load_from`` says."""
+    replicas: bool = False
+    """The load nodes are those running a replica of Swarm service ``engine_id``: each
+    loads its own replica over its loopback (``replica_targets``, ``control.replicas``)."""
     handles: Mapping[str, NodeHandle] = field(default_factory=dict, repr=False, compare=False)
     """The engine's node and the load nodes as this machine reaches them (``share_with``)."""
 
@@ -202,6 +206,22 @@ def parse_load_nodes(text: str, known: Collection[str]) -> tuple[str, ...]:
     return names
 
 
+REPLICAS = "replicas"
+"""The node part of a Load screen target key that stands for every replica of a service."""
+
+
+def replica_targets(
+    engines: Iterable[tuple[str, EngineTelemetry]],
+) -> dict[str, tuple[str, ...]]:
+    """The Swarm services more than one node runs a healthy replica of, as Load screen
+    targets (``replicas/ID``): the nodes running one, in name order."""
+    nodes: dict[str, list[str]] = {}
+    for node, engine in engines:
+        if engine.runtime == "swarm" and engine.url and engine.health == "healthy":
+            nodes.setdefault(engine.id, []).append(node)
+    return {f"{REPLICAS}/{i}": tuple(sorted(n)) for i, n in nodes.items() if len(n) > 1}
+
+
 def share_with(request: LoadRequest, node: Callable[[str], NodeHandle | None]) -> LoadRequest:
     """``request`` with the handles of its engine's node and its load nodes (``node``
     finds one by name): a distributed run reaches their agents over these links."""
@@ -214,7 +234,7 @@ async def _run_distributed(
 ) -> AsyncGenerator[ProgressEvent, None]:
     """The run split over the load nodes' agents (``run_distributed``), each running the
     profile's levels; a load node over ssh reaches the engine's agent back through ssh."""
-    from control.distributed import AgentRef, run_distributed, share_ref, unreachable
+    from control.distributed import AgentRef, Share, run_distributed, share_ref, unreachable
 
     handles = request.handles
     names = (request.node, *request.load_nodes)
@@ -222,6 +242,8 @@ async def _run_distributed(
     why = (
         f"no agent with a token here for node {', '.join(absent)}: pick nodes of the fleet"
         if absent
+        else None
+        if request.replicas  # each node loads its own replica: none reaches another
         else unreachable(
             (request.node, handles[request.node].tunnel is not None),
             [(n, handles[n].tunnel is not None) for n in request.load_nodes],
@@ -237,13 +259,13 @@ async def _run_distributed(
     p = request.profile.spread(len(request.load_nodes))
     async with contextlib.AsyncExitStack() as stack:
         shares = [
-            await share_ref(stack, refs[n], handles[n].tunnel, engine)
-            if n != request.node
-            else engine
+            Share(await share_ref(stack, refs[n], handles[n].tunnel, engine), engine)
+            if n != request.node and not request.replicas
+            else Share(refs[n], refs[n] if request.replicas else engine)
             for n in request.load_nodes
         ]
         events = run_distributed(
-            engine, request.engine_id, shares, p.spec(), p.workload(), record,
+            shares, request.engine_id, p.spec(), p.workload(), record,
             model=request.model, origin="tui", name=f"{request.engine_kind} {request.engine_id}",
         )  # fmt: skip
         async with contextlib.aclosing(events):  # closing it stops every share on its node
@@ -253,7 +275,9 @@ async def _run_distributed(
 
 def path_label(setup: RunSetup) -> str:
     """Where the run's load came from and how it reached the engine, in words."""
-    engine = f"engine on {setup.node}" if setup.node else "engine"
+    engine = "engine"
+    if setup.node:  # a run over a Swarm service's replicas names each replica's node
+        engine = f"{'replicas' if ',' in setup.node else 'engine'} on {setup.node}"
     if setup.path == "node-local":
         return f"load from {setup.load_node}, next to its engine (node-local)"
     if setup.path == "proxied":

@@ -74,12 +74,15 @@ class Merger:
         *,
         kind: str = "load node",
         tag_records: bool = True,
+        engine_nodes: Sequence[str] | None = None,
     ) -> None:
         """``kind`` names a share in messages ("load node a"); ``tag_records``: each
         record says which load node sent it (its times are on that node's clock), left
-        out where every share ran on this machine (``--workers``)."""
+        out where every share ran on this machine (``--workers``); ``engine_nodes``: the
+        node whose engine (Swarm replica) each share loads, given to its records, where
+        the shares loaded several."""
         self.run_id, self.spec, self.shares, self.nodes = run_id, spec, shares, nodes
-        self.kind, self.tag_records = kind, tag_records
+        self.kind, self.tag_records, self.engine_nodes = kind, tag_records, engine_nodes
         self.offsets = dict(clock_offsets_s)
         """Each load node's clock minus the run's timeline (the engine node's clock)."""
         self.record = record
@@ -106,6 +109,7 @@ class Merger:
             run_id=self.run_id,
             request_index=record.request_index * len(self.shares) + share,
             load_node=self.nodes[share] if self.tag_records else None,
+            engine_node=None if self.engine_nodes is None else self.engine_nodes[share],
         )
         self.record.on_event(merged)
         level = self.levels[record.level_index]

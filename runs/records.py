@@ -61,6 +61,10 @@ class RequestRecord:
     load_node: str | None = None
     """The node that sent it, in a run split over several load nodes (its times are on
     that node's clock); None when one load generator sent the whole run."""
+    engine_node: str | None = None
+    """The node whose engine answered it, in a run over every replica of a Swarm service
+    (each replica is its node's engine, under the service's id); None when the run had
+    one engine (the run's node)."""
     requested_prompt_tokens: int | None = None
     """Prompt tokens the workload asked the engine to count (with the chat template's
     tokens where they were measured); ``prompt_tokens`` is what it counted."""

@@ -2,7 +2,8 @@
 network namespace with its own dockerd and agent.  The rig's llama-server is deployed as a
 Swarm service through a's agent and lands where its placement says; the agent of the node
 that runs the task lists it, serves a node-side load test from it, follows Swarm's
-restart of a killed task and the move of a drained one; it scales to a replica per node and
+restart of a killed task and the move of a drained one; it scales to a replica per node,
+serves a load test over both replicas (one share per node, each on its own replica) and
 a swap replaces both;
 a stop through the manager's agent removes the service and keeps the model cache."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -18,13 +20,21 @@ import pytest
 
 from agents.client import AgentClient, AgentError
 from agents.protocol import EngineInfo, ServiceInfo
+from control.config import load_config
+from control.wiring import build_services
+from loadgen.stats import percentiles
+from store import open_store
 from tests.conftest import Rig
 from tests.fleet.conftest import write_config
 from tests.fleet.test_engine_cli import engine_cli, json_of
 from tests.loadgen.conftest import bench
 from tests.netns import PROBE, TestNode, network_nodes
 from tests.netns_docker import NodeDocker, load_image
+from tests.tui.conftest import SIZE
+from tests.tui.driving import run_smoke_load
+from tests.tui.helpers import text_of, wait_until
 from tests.waiting import apoll_until
+from tui.app import create_app
 
 pytestmark = [pytest.mark.netns, pytest.mark.docker]
 
@@ -32,6 +42,9 @@ POOL = "infer-top.pool"
 """The node label the engine is placed by (b has it first; a gets it before b drains)."""
 API_KEY = "sk-swarm-rig"
 """The engine's own key: the agent of the node running a replica reads it from the task."""
+GENERATED = "llamacpp:tokens_predicted_total"
+"""llama.cpp's count of the tokens it generated (its /metrics)."""
+REPLICA_REQUESTS = 8
 SETTLE_S = 90.0
 """Bound on one step of Swarm's (a task started, restarted or moved, and healthy)."""
 
@@ -143,6 +156,92 @@ def task_containers(node: TestNode, engine_id: str) -> list[str]:
     )
 
 
+def predicted_tokens(node: TestNode, port: int) -> float:
+    """The tokens the replica on ``node`` generated so far (llama.cpp's own counter, asked
+    on the node's loopback with the engine's key)."""
+    ask = (
+        "import sys, urllib.request as u; r = u.Request(sys.argv[1], headers={'Authorization': "
+        "'Bearer ' + sys.argv[2]}); print(u.urlopen(r, timeout=5).read().decode())"
+    )
+    text = node.run("python3", "-c", ask, f"http://127.0.0.1:{port}/metrics", API_KEY).stdout
+    [value] = [line.split()[-1] for line in text.splitlines() if line.startswith(GENERATED + " ")]
+    return float(value)
+
+
+async def load_over_replicas(
+    nodes: tuple[TestNode, ...], engine_id: str, port: int, config: Path, db: Path
+) -> None:
+    """``bench --all-replicas`` through the manager (the first node): one merged run of
+    REPLICA_REQUESTS requests, each node's share sent by its agent to its own replica."""
+    before = {node.name: predicted_tokens(node, port) for node in nodes}
+    code, _out, err = await bench(
+        "--config", str(config), "--node", nodes[0].name, "--engine-id", engine_id,
+        "--all-replicas", "--concurrency", "2", "--requests", str(REPLICA_REQUESTS),
+        "--input-len", "16", "--output-len", "8", "--save", "--db", str(db),
+        timeout_s=300,  # a bound on a hang, as the node-side run's
+    )  # fmt: skip
+    assert code == 0, err
+    with open_store(db) as store:
+        [run] = store.list_runs()
+        records = list(store.iter_requests(run.run_id))
+        [level] = [row.summary for row in store.levels(run.run_id)]
+    assert run.status == "completed", run.status_reason
+    assert len(records) == REPLICA_REQUESTS and all(r.ok for r in records), records
+    # Each node sent its half, every request to the replica on that node.
+    half = REPLICA_REQUESTS // 2
+    assert sorted((str(r.load_node), str(r.engine_node)) for r in records) == (
+        [("a", "a")] * half + [("b", "b")] * half
+    )
+    placement = run.profile["placement"]
+    assert (placement["engine_node"], placement["load_node"]) == ("a,b", "a,b")
+    assert {s["node"]: s["path"] for s in placement["load_nodes"]} == {
+        "a": "node-local",
+        "b": "node-local",
+    }
+    # The merged percentiles are those of every stored record.
+    assert level.concurrency == 2 and level.completed == REPLICA_REQUESTS
+    raw = percentiles(r.ttft_s for r in records if r.ttft_s is not None)
+    assert (level.ttft_s.p50, level.ttft_s.p99) == (raw.p50, raw.p99)
+    # Each replica generated at least the tokens its node's records counted: no share
+    # went to the other node's replica.
+    for node in nodes:
+        own = sum(r.output_tokens for r in records if r.engine_node == node.name)
+        assert own > 0
+        await apoll_until(
+            lambda node=node, own=own: predicted_tokens(node, port) >= before[node.name] + own,
+            f"node {node.name}'s replica to count the {own} tokens it generated",
+            timeout_s=30,
+            every_s=0.5,
+        )
+
+
+async def load_screen_over_replicas(
+    nodes: dict[str, TestNode], engine_id: str, config_path: Path, db: Path
+) -> None:
+    """The Load screen's target "all replicas of ID": the smoke profile run by each
+    replica's node against its own replica, one run in the store."""
+    config = replace(load_config(config_path), db_path=db)
+    async with build_services(config) as services:
+        app = create_app(config, services=services)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("4")
+            key = f"replicas/{engine_id}"
+            await wait_until(
+                pilot, lambda: key in app.screen.target_keys, "the replicas as a target", 60
+            )
+            await run_smoke_load(pilot, key)
+            path = text_of(pilot, "#load-path")
+        assert services.store is not None
+        [run] = services.store.list_runs()
+        records = list(services.store.iter_requests(run.run_id))
+    assert "load from a,b → replicas on a,b (distributed: a node-local, b node-local)" in path
+    assert run.status == "completed", run.status_reason
+    # The smoke profile (4 requests a level, 2 levels) on each of the two nodes.
+    assert sorted((str(r.load_node), str(r.engine_node)) for r in records) == (
+        [("a", "a")] * 8 + [("b", "b")] * 8
+    )
+
+
 async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
     swarm: dict[str, TestNode], tmp_path: Path
 ) -> None:
@@ -231,6 +330,11 @@ async def test_engine_as_a_swarm_service_placed_restarted_moved_and_stopped(
         await healthy_on(a, engine_id)
         scaled = await service_on(a, engine_id, ("a", "b"))
         assert (scaled.replicas, scaled.running) == (2, 2)
+
+        # A load test over both replicas, through the manager that deployed the service:
+        # each node's agent loads its own replica on its loopback; one run reaches SQLite.
+        await load_over_replicas((a, b), engine_id, port, config, tmp_path / "replicas.db")
+        await load_screen_over_replicas(swarm, engine_id, config, tmp_path / "tui.db")
 
         # A swap redeploys the service: Swarm replaces both replicas, both agents follow.
         swapped_at = time.time()

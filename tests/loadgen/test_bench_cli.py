@@ -181,3 +181,24 @@ async def test_a_server_that_cannot_tokenize_gets_words_and_the_warning(
     assert (
         run.workload["sizing"] == "words (its tokenize route failed (/tokenize answered HTTP 404))"
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--url", "http://127.0.0.1:9"],
+        ["--node", "a", "--engine-id", "e1", "--load-nodes", "a,b", "--concurrency", "2"],
+        ["--node", "a", "--engine-id", "e1", "--via-proxy"],
+    ],
+)
+def test_all_replicas_goes_with_the_manager_and_the_service_alone(
+    argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Refused before any node is asked: the config file does not even exist."""
+    where = ["--config", str(tmp_path / "none.toml"), "--all-replicas", "--quiet"]
+    assert bench([*where, *argv]) == 2
+    said = " ".join(capsys.readouterr().err.split())  # as the console wrapped it
+    assert (
+        "--all-replicas goes with --node (the Swarm manager that deployed the service) and "
+        "--engine-id (the service), without --via-proxy or --load-nodes"
+    ) in said, said

@@ -34,6 +34,7 @@ from control.loads import (
     context_refusal,
     parse_load_nodes,
     path_label,
+    replica_targets,
     resolve_target,
     share_with,
     until_stopped,
@@ -141,12 +142,29 @@ class LoadScreen(BaseScreen):
         self.refresh_fleet()
 
     def _targets(self) -> dict[str, tuple[str, EngineTelemetry, str]]:
-        """The healthy engines with a URL, by node/engine: (node, engine, its URL)."""
-        return {
+        """The healthy engines with a URL, by node/engine: (node, engine, its URL); and
+        each Swarm service healthy on several nodes (``replicas/ID``: its first replica)."""
+        targets = {
             f"{node}/{e.id}": (node, e, e.url)
             for node, e in self.top.model.engines()
             if e.url and e.health == "healthy"
         }
+        for key, nodes in self._replicas().items():
+            targets[key] = targets[f"{nodes[0]}/{key.split('/', 1)[1]}"]
+        return targets
+
+    def _replicas(self) -> dict[str, tuple[str, ...]]:
+        """The targets that load every replica of a Swarm service: the nodes running one."""
+        return replica_targets(self.top.model.engines())
+
+    @staticmethod
+    def _label(key: str, engine: EngineTelemetry, replicas: dict[str, tuple[str, ...]]) -> str:
+        # kind first: a narrow select cuts the end, not what the engine is
+        kind = f"{engine.kind}{' SIM' if engine.simulated else ''}"
+        nodes = replicas.get(key)
+        if nodes is None:
+            return f"{kind} · {key}"
+        return f"{kind} · all replicas of {engine.id} ({', '.join(nodes)})"
 
     def refresh_fleet(self) -> None:
         targets = self._targets()
@@ -158,12 +176,9 @@ class LoadScreen(BaseScreen):
         if self.target_keys != keys:
             current = select.value
             self.target_keys = keys
+            replicas = self._replicas()  # once for all the options, not once per option
             select.set_options(
-                [
-                    # kind first: a narrow select cuts the end, not what the engine is
-                    (f"{e.kind}{' SIM' if e.simulated else ''} · {k}", k)
-                    for k, (_, e, _) in sorted(targets.items())
-                ]
+                [(self._label(k, e, replicas), k) for k, (_, e, _) in sorted(targets.items())]
             )
             if current in keys:
                 select.value = current
@@ -173,7 +188,7 @@ class LoadScreen(BaseScreen):
                 # useful at once: the first healthy engine, its node's GPUs beside
                 select.value = keys[0]
         value = select.value
-        node_name = value.split("/", 1)[0] if isinstance(value, str) else None
+        node_name = targets[value][0] if isinstance(value, str) and value in targets else None
         node = self.top.model.nodes.get(node_name or "")
         self.query_one("#load-gpu-title", Static).update(
             f"GPUs of {node_name}" if node_name else "Target node GPUs"
@@ -224,6 +239,11 @@ class LoadScreen(BaseScreen):
         except ValueError as exc:
             self.notify(str(exc), severity="warning")
             return
+        replicas = self._replicas().get(value, ())
+        if replicas and load_nodes:
+            said = "a run over all replicas is split over their nodes: clear 'split over'"
+            self.notify(said, severity="warning")
+            return
         request = LoadRequest(
             node=node,
             engine_id=engine.id,
@@ -233,7 +253,8 @@ class LoadScreen(BaseScreen):
             profile=prof,
             simulated=engine.simulated,
             load_from=load_from,
-            load_nodes=load_nodes,
+            load_nodes=replicas or load_nodes,
+            replicas=bool(replicas),
         )
         self._load_running = True
         self.running_target, self._stop_reason = value, None
@@ -248,6 +269,7 @@ class LoadScreen(BaseScreen):
         sync_table(self.query_one("#load-levels", DataTable), [])
         where = next(label for label, v in LOAD_FROM if v == load_from)
         where = f"split over {', '.join(load_nodes)}" if load_nodes else where
+        where = "each replica's node loading its own" if replicas else where
         self.query_one("#load-status", Static).update(
             f"starting {prof.description} on {value}, {where}"
         )
