@@ -1,19 +1,25 @@
-"""When each byte of a streamed answer really arrived.
+"""A streamed answer's body, handed over the moment its bytes reach Python.
 
-aiohttp's ``ResponseHandler.data_received`` runs straight from the I/O
-callback, before any task.  When one decode step of a batching engine sends a
-chunk to hundreds of streams at once, a reader task may run a millisecond or
-more after its bytes came in; stamping there would add the loop's backlog to
-TTFT and ITL.  The handler below notes, per ``data_received``, the payload's
-byte count and the time; the reader maps each SSE line's end offset back to the
-first arrival that covered it.
+aiohttp's ``ResponseHandler.data_received`` runs straight from the I/O callback and
+parses the HTTP framing synchronously, feeding the body into the response's
+``StreamReader`` before it returns.  Reading that body from the request's task instead
+(``iter_any``) costs a future, a task step and the reader's hand-out per HTTP chunk, and
+a task may run a millisecond or more after its bytes came in when one decode step of a
+batching engine sends a chunk to hundreds of streams at once: stamping there would add
+the loop's backlog to TTFT and ITL.  So :class:`BodyTap` takes the body out of the reader
+right after ``data_received`` parsed it, stamped with the time that call began, and the
+task only waits for the end of the body (or its error: a stall, a dropped connection).
+
+This is the one place that relies on aiohttp's protocol internals (pinned <3.15): the
+connector's ``_factory`` and the synchronous parse in ``data_received``;
+``tests/loadgen/test_body_tap.py`` fails loudly if either changes.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections import deque
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -21,15 +27,14 @@ from aiohttp.streams import StreamReader
 
 
 class StampingHandler(ResponseHandler):
-    watched: StreamReader | None = None
-    marks: deque[tuple[int, float]]
+    tap: BodyTap | None = None
 
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
-        super().data_received(data)
-        watched = self.watched
-        if watched is not None:
-            self.marks.append((watched.total_bytes, now))
+        super().data_received(data)  # parses, and feeds the body to the response's reader
+        tap = self.tap
+        if tap is not None:
+            tap.take(now)
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp calls this after every read of a payload, paused or not; resuming a
@@ -41,30 +46,72 @@ class StampingHandler(ResponseHandler):
 
 def stamping(connector: aiohttp.TCPConnector) -> aiohttp.TCPConnector:
     """Make ``connector`` build stamping protocols (aiohttp pinned <3.15 has ``_factory``)."""
-    if hasattr(connector, "_factory"):
-        connector._factory = functools.partial(StampingHandler, loop=connector._loop)  # type: ignore[assignment]
+    if not hasattr(connector, "_factory"):
+        raise RuntimeError(
+            f"aiohttp {aiohttp.__version__} has no TCPConnector._factory: loadgen.arrival "
+            "needs aiohttp 3.14.x (pyproject pins it); reinstall the pinned version"
+        )
+    connector._factory = functools.partial(StampingHandler, loop=connector._loop)  # type: ignore[assignment]
     return connector
 
 
-class ArrivalClock:
-    """``clock(end_offset)``: when the payload's first ``end_offset`` bytes had arrived."""
+class BodyTap:
+    """Hands a response's body to ``on_bytes(data, arrived_at)`` as it arrives.
 
-    __slots__ = ("_marks",)
+    ``on_bytes`` runs inside the connection's ``data_received``: an exception it raises
+    becomes the reader's, which :meth:`wait_end` raises in the request's task.
+    """
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+    __slots__ = ("_error", "_on_bytes", "_proto", "_reader")
+
+    def __init__(
+        self, resp: aiohttp.ClientResponse, on_bytes: Callable[[bytes, float], None]
+    ) -> None:
+        self._on_bytes = on_bytes
+        self._error: Exception | None = None
+        """What ``on_bytes`` raised (kept here too: the body may have ended already)."""
+        self._reader: StreamReader = resp.content
         conn = resp.connection
-        proto = conn.protocol if conn is not None else None
-        self._marks: deque[tuple[int, float]] | None = None
-        if isinstance(proto, StampingHandler):
-            proto.watched = resp.content
+        # No connection: the whole body came with the head and the connection was
+        # already released; wait_end reads what is buffered.
+        self._proto = conn.protocol if conn is not None else None
+        if isinstance(self._proto, StampingHandler):
+            self._proto.tap = self
             # Bytes that came with the head are stamped now: late, never early.
-            proto.marks = deque([(resp.content.total_bytes, time.perf_counter())])
-            self._marks = proto.marks
+            self.take(time.perf_counter())
 
-    def __call__(self, end_offset: int) -> float:
-        marks = self._marks
-        if marks is None:
-            return time.perf_counter()
-        while marks and marks[0][0] < end_offset:
-            marks.popleft()
-        return marks[0][1] if marks else time.perf_counter()
+    def take(self, now: float) -> None:
+        """Hand over what the reader holds (called from ``data_received``)."""
+        reader = self._reader
+        if reader.exception() is not None:
+            return  # the reader failed: wait_end raises it
+        try:
+            data = reader.read_nowait()
+            if data:
+                self._on_bytes(data, now)
+        except Exception as exc:  # the task's, never the event loop's
+            self.detach()
+            self._error = exc
+            reader.set_exception(exc)  # wakes wait_end
+            return
+        if reader.is_eof():
+            self.detach()  # the connection may serve another request from now on
+
+    async def wait_end(self) -> None:
+        """Return at the end of the body; raise its error (a stall, a dropped connection,
+        or what ``on_bytes`` raised)."""
+        reader = self._reader
+        if not isinstance(self._proto, StampingHandler):
+            async for data in reader.iter_any():  # a body that was complete already
+                self._on_bytes(data, time.perf_counter())
+            return
+        if reader.exception() is None and not reader.is_eof():
+            await reader.wait_eof()
+        exc = self._error or reader.exception()
+        if exc is not None:
+            raise exc
+
+    def detach(self) -> None:
+        proto = self._proto
+        if isinstance(proto, StampingHandler) and proto.tap is self:
+            proto.tap = None

@@ -1,0 +1,124 @@
+"""A streamed answer's body is taken where its bytes arrive (loadgen.arrival.BodyTap):
+the request's task is not woken per chunk, and the aiohttp behaviour this relies on
+(the connector's protocol factory, the synchronous parse in ``data_received``) is pinned
+here so that an aiohttp upgrade that changes it fails loudly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from loadgen.arrival import BodyTap, StampingHandler, stamping
+from loadgen.openai_stream import ClientLimits, StreamClient, StreamState, build_body
+from loadgen.sse import SseSink
+from tests.loadgen.conftest import Handler
+
+CHUNKS = 100
+PACE_S = 0.002
+"""The stand-in's pace between chunks, so that they arrive in reads of their own."""
+MOST_TASK_STEPS = 20
+"""Steps a request's task may take whatever the answer's length: connect, send, the
+head, the end (a handful each); one per chunk would be over a hundred."""
+
+
+def _event(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+TOKEN = _event({"choices": [{"index": 0, "delta": {"content": " t"}}]})
+FINISH = _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+
+
+class _Steps(Coroutine[Any, Any, None]):
+    """A coroutine that counts how often its task resumed it."""
+
+    def __init__(self, inner: Coroutine[Any, Any, None]) -> None:
+        self.inner = inner
+        self.steps = 0
+
+    def send(self, value: Any) -> Any:
+        self.steps += 1
+        return self.inner.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        self.steps += 1
+        return self.inner.throw(*args)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self.inner.__await__()
+
+
+async def test_a_long_answer_does_not_wake_the_requests_task_per_chunk(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    async def paced(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for _ in range(CHUNKS):
+            await resp.write(TOKEN)
+            await asyncio.sleep(PACE_S)
+        await resp.write(FINISH + b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    url = await serve(paced)
+    body = build_body(model="m", prompt="hi", max_tokens=CHUNKS, chat=True, include_usage=True)
+    state = StreamState()
+    async with StreamClient(ClientLimits(concurrency=1)) as client:
+        counted = _Steps(client.stream(url + "/v1/chat/completions", body, state))
+        await asyncio.wait_for(asyncio.ensure_future(counted), 60)
+    assert state.error_kind is None, state.error_message
+    assert len(state.chunk_perf) == CHUNKS and state.done
+    assert counted.steps <= MOST_TASK_STEPS, f"{counted.steps} task steps for {CHUNKS} chunks"
+
+
+class _Transport(asyncio.Transport):
+    def write(self, data: Any) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def test_aiohttp_hands_the_body_over_inside_data_received() -> None:
+    # What BodyTap relies on: data_received parses the HTTP framing and feeds the
+    # response's reader before it returns. If an aiohttp release defers that, the
+    # events below are not taken without an await, and this fails.
+    proto = StampingHandler(asyncio.get_running_loop())
+    proto.connection_made(_Transport())
+    proto.set_response_params(read_bufsize=2**20, read_timeout=60.0)
+    proto.data_received(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    _, reader = await proto.read()
+    resp = types.SimpleNamespace(content=reader, connection=types.SimpleNamespace(protocol=proto))
+    state = StreamState()
+    sink = SseSink(state, 2**20)
+    tap = BodyTap(resp, sink.feed)  # type: ignore[arg-type]
+    assert proto.tap is tap
+    for n in range(1, 4):
+        proto.data_received(b"%x\r\n%s\r\n" % (len(TOKEN), TOKEN))
+        assert len(state.chunk_perf) == n  # taken at once, no await in between
+    tail = FINISH + b"data: [DONE]\n\n"
+    proto.data_received(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+    assert state.done and state.finish_reason == "length"
+    assert proto.tap is None  # the body ended: the connection is free for the next request
+    await asyncio.wait_for(tap.wait_end(), 5)
+
+
+async def test_the_session_builds_stamping_connections() -> None:
+    connector = stamping(aiohttp.TCPConnector())
+    try:
+        assert connector._factory().__class__ is StampingHandler
+    finally:
+        await connector.close()
