@@ -9,14 +9,18 @@ batching engine sends a chunk to hundreds of streams at once: stamping there wou
 the loop's backlog to TTFT and ITL.  So :class:`BodyTap` takes the body out of the reader
 right after ``data_received`` parsed it, stamped with the time that call began, and the
 task only waits for the end of the body (or its error: a stall, a dropped connection).
+aiohttp's own stall timer (``sock_read``) is re-armed on every read, a timer cancelled
+and another created, about a sixth of the client's CPU per chunk: once the body is
+tapped, the tap notes the last arrival instead and checks it once per stall timeout.
 
 This is the one place that relies on aiohttp's protocol internals (pinned <3.15): the
-connector's ``_factory`` and the synchronous parse in ``data_received``;
-``tests/loadgen/test_body_tap.py`` fails loudly if either changes.
+connector's ``_factory``, the synchronous parse in ``data_received`` and the protocol's
+``read_timeout``; ``tests/loadgen/test_body_tap.py`` fails loudly if any changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable
@@ -62,10 +66,13 @@ class BodyTap:
     becomes the reader's, which :meth:`wait_end` raises in the request's task.
     """
 
-    __slots__ = ("_error", "_on_bytes", "_proto", "_reader")
+    __slots__ = ("_error", "_last_at", "_on_bytes", "_proto", "_reader", "_stall_check", "_stall_s")
 
     def __init__(
-        self, resp: aiohttp.ClientResponse, on_bytes: Callable[[bytes, float], None]
+        self,
+        resp: aiohttp.ClientResponse,
+        on_bytes: Callable[[bytes, float], None],
+        stall_s: float,
     ) -> None:
         self._on_bytes = on_bytes
         self._error: Exception | None = None
@@ -75,13 +82,20 @@ class BodyTap:
         # No connection: the whole body came with the head and the connection was
         # already released; wait_end reads what is buffered.
         self._proto = conn.protocol if conn is not None else None
+        self._stall_s = stall_s
+        self._stall_check: asyncio.TimerHandle | None = None
+        self._last_at = time.perf_counter()
         if isinstance(self._proto, StampingHandler):
             self._proto.tap = self
+            self._proto.read_timeout = None  # for this response only: set per request
+            loop = asyncio.get_running_loop()
+            self._stall_check = loop.call_later(stall_s, self._check_stall)
             # Bytes that came with the head are stamped now: late, never early.
-            self.take(time.perf_counter())
+            self.take(self._last_at)
 
     def take(self, now: float) -> None:
         """Hand over what the reader holds (called from ``data_received``)."""
+        self._last_at = now
         reader = self._reader
         if reader.exception() is not None:
             return  # the reader failed: wait_end raises it
@@ -96,6 +110,18 @@ class BodyTap:
             return
         if reader.is_eof():
             self.detach()  # the connection may serve another request from now on
+
+    def _check_stall(self) -> None:
+        idle_s = time.perf_counter() - self._last_at
+        if idle_s < self._stall_s:  # bytes came since: check again a stall after the last
+            loop = asyncio.get_running_loop()
+            self._stall_check = loop.call_later(self._stall_s - idle_s, self._check_stall)
+            return
+        self._stall_check = None
+        self.detach()
+        # aiohttp's own error for a stall; the unfinished body keeps the connection from
+        # being pooled.
+        self._reader.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data"))
 
     async def wait_end(self) -> None:
         """Return at the end of the body; raise its error (a stall, a dropped connection,
@@ -112,6 +138,9 @@ class BodyTap:
             raise exc
 
     def detach(self) -> None:
+        if self._stall_check is not None:
+            self._stall_check.cancel()
+            self._stall_check = None
         proto = self._proto
         if isinstance(proto, StampingHandler) and proto.tap is self:
             proto.tap = None

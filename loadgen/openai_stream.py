@@ -247,7 +247,7 @@ class StreamClient:
                 state.fail(kind, f"HTTP {resp.status}: {text}")
                 return
             try:
-                await _read_events(resp, state, self._limits.max_line_bytes)
+                await _read_events(resp, state, self._limits)
             except (ProtocolError, EngineError):
                 resp.close()  # closed, never pooled: the rest of the stream is junk
                 raise
@@ -280,10 +280,10 @@ async def _preview(resp: aiohttp.ClientResponse) -> str:
 
 
 async def _read_events(
-    resp: aiohttp.ClientResponse, state: StreamState, max_line_bytes: int
+    resp: aiohttp.ClientResponse, state: StreamState, limits: ClientLimits
 ) -> None:
-    sink = SseSink(state, max_line_bytes)
-    tap = BodyTap(resp, sink.feed)
+    sink = SseSink(state, limits.max_line_bytes)
+    tap = BodyTap(resp, sink.feed, limits.stall_timeout_s)
     try:
         await tap.wait_end()
     finally:

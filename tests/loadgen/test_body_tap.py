@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from loadgen.arrival import BodyTap, StampingHandler, stamping
@@ -90,30 +91,61 @@ class _Transport(asyncio.Transport):
         return False
 
 
-async def test_aiohttp_hands_the_body_over_inside_data_received() -> None:
-    # What BodyTap relies on: data_received parses the HTTP framing and feeds the
-    # response's reader before it returns. If an aiohttp release defers that, the
-    # events below are not taken without an await, and this fails.
+async def _tapped(stall_s: float) -> tuple[StampingHandler, StreamState, BodyTap]:
+    """A connection that got a streamed answer's head, its body tapped as the client does."""
     proto = StampingHandler(asyncio.get_running_loop())
     proto.connection_made(_Transport())
-    proto.set_response_params(read_bufsize=2**20, read_timeout=60.0)
-    proto.data_received(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
+    proto.set_response_params(read_bufsize=2**20, read_timeout=stall_s)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    proto.data_received(head + b"\r\n")
     _, reader = await proto.read()
     resp = types.SimpleNamespace(content=reader, connection=types.SimpleNamespace(protocol=proto))
     state = StreamState()
-    sink = SseSink(state, 2**20)
-    tap = BodyTap(resp, sink.feed)  # type: ignore[arg-type]
+    tap = BodyTap(resp, SseSink(state, 2**20).feed, stall_s)  # type: ignore[arg-type]
+    return proto, state, tap
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def test_aiohttp_hands_the_body_over_inside_data_received(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What BodyTap relies on: data_received parses the HTTP framing and feeds the
+    # response's reader before it returns (if an aiohttp release defers that, the events
+    # below are not taken without an await), and a protocol whose read_timeout is None
+    # arms no stall timer per read (the tap checks for stalls itself).
+    proto, state, tap = await _tapped(60.0)
     assert proto.tap is tap
+    timers: list[float] = []
+    loop = asyncio.get_running_loop()
+    arm = loop.call_later
+
+    def counted(delay: float, *args: Any) -> asyncio.TimerHandle:
+        timers.append(delay)
+        return arm(delay, *args)
+
+    monkeypatch.setattr(loop, "call_later", counted)
     for n in range(1, 4):
-        proto.data_received(b"%x\r\n%s\r\n" % (len(TOKEN), TOKEN))
+        proto.data_received(_chunk(TOKEN))
         assert len(state.chunk_perf) == n  # taken at once, no await in between
-    tail = FINISH + b"data: [DONE]\n\n"
-    proto.data_received(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+    assert timers == []  # no timer re-armed per read
+    proto.data_received(_chunk(FINISH + b"data: [DONE]\n\n") + b"0\r\n\r\n")
     assert state.done and state.finish_reason == "length"
     assert proto.tap is None  # the body ended: the connection is free for the next request
     await asyncio.wait_for(tap.wait_end(), 5)
+
+
+async def test_a_stall_after_the_body_began_is_a_timeout() -> None:
+    # After a read that came once the body was tapped, aiohttp's own stall timer is off
+    # (read_timeout None): only the tap's check can end the wait.
+    proto, state, tap = await _tapped(0.2)
+    proto.data_received(_chunk(TOKEN))
+    with pytest.raises(aiohttp.ServerTimeoutError):
+        await asyncio.wait_for(tap.wait_end(), 30)
+    assert len(state.chunk_perf) == 1  # what came before the stall is kept
+    assert proto.tap is None
 
 
 async def test_the_session_builds_stamping_connections() -> None:
