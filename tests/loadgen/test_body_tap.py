@@ -84,18 +84,25 @@ async def test_a_long_answer_does_not_wake_the_requests_task_per_chunk(
 
 
 class _Transport(asyncio.Transport):
+    paused = False
+
     def write(self, data: Any) -> None:
         pass
 
     def is_closing(self) -> bool:
         return False
 
+    def pause_reading(self) -> None:
+        self.paused = True
 
-async def _tapped(stall_s: float) -> tuple[StampingHandler, StreamState, BodyTap]:
+
+async def _tapped(
+    stall_s: float, read_bufsize: int = 2**20
+) -> tuple[StampingHandler, StreamState, BodyTap]:
     """A connection that got a streamed answer's head, its body tapped as the client does."""
     proto = StampingHandler(asyncio.get_running_loop())
     proto.connection_made(_Transport())
-    proto.set_response_params(read_bufsize=2**20, read_timeout=stall_s)
+    proto.set_response_params(read_bufsize=read_bufsize, read_timeout=stall_s)
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
     proto.data_received(head + b"\r\n")
     _, reader = await proto.read()
@@ -112,11 +119,13 @@ def _chunk(data: bytes) -> bytes:
 async def test_aiohttp_hands_the_body_over_inside_data_received(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # What BodyTap relies on: data_received parses the HTTP framing and feeds the
-    # response's reader before it returns (if an aiohttp release defers that, the events
-    # below are not taken without an await), and a protocol whose read_timeout is None
-    # arms no stall timer per read (the tap checks for stalls itself).
-    proto, state, tap = await _tapped(60.0)
+    # What BodyTap relies on: data_received parses the HTTP framing and calls the
+    # response's reader's feed_data per chunk before it returns (if an aiohttp release
+    # defers that, the events below are not taken without an await); the reader's class
+    # can be swapped; its per-chunk bookkeeping stays bounded when nothing is buffered
+    # (else it would pause the connection, here after 64 chunks); and a protocol whose
+    # read_timeout is None arms no stall timer per read (the tap checks for stalls).
+    proto, state, tap = await _tapped(60.0, read_bufsize=1024)
     assert proto.tap is tap
     timers: list[float] = []
     loop = asyncio.get_running_loop()
@@ -127,10 +136,11 @@ async def test_aiohttp_hands_the_body_over_inside_data_received(
         return arm(delay, *args)
 
     monkeypatch.setattr(loop, "call_later", counted)
-    for n in range(1, 4):
+    for n in range(1, 301):
         proto.data_received(_chunk(TOKEN))
         assert len(state.chunk_perf) == n  # taken at once, no await in between
     assert timers == []  # no timer re-armed per read
+    assert proto.transport is not None and not proto.transport.paused  # type: ignore[attr-defined]
     proto.data_received(_chunk(FINISH + b"data: [DONE]\n\n") + b"0\r\n\r\n")
     assert state.done and state.finish_reason == "length"
     assert proto.tap is None  # the body ended: the connection is free for the next request
