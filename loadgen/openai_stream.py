@@ -1,19 +1,8 @@
 """A lean OpenAI-compatible streaming client for load tests.
 
-One ``aiohttp`` session serves every request of a run.  The parser reads raw
-bytes (``iter_any``) and splits SSE lines itself, so a long context never hits
-aiohttp's per-line limit (the 64 KB default broke vLLM's own benchmark at 50k
-tokens), and timestamps are taken the moment bytes reach Python.  Each byte is
-scanned once, so a long line costs linear time, and a line longer than
-``ClientLimits.max_line_bytes`` fails its request as a protocol error.
-
-Values no engine can truly report (a negative or 10**40 token count, a NaN
-speed) fail their request as a protocol error too, rather than poisoning the
-run's figures or the store.
-
-Timing is kept in ``perf_counter`` seconds in a mutable :class:`StreamState`
-that the caller owns: when a run's deadline cancels a request, the caller still
-has everything measured so far and can record it as *incomplete*.
+One ``aiohttp`` session serves every request of a run.  Each answer's body is taken
+from the connection as its bytes arrive (:mod:`loadgen.arrival`) and split into SSE
+events there (:mod:`loadgen.sse`); the request's task only waits for its end.
 """
 
 from __future__ import annotations
@@ -21,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -33,37 +21,16 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.client_reqrep import ClientRequest
 from aiohttp.tracing import Trace
 
-from loadgen.arrival import ArrivalClock, stamping
+from loadgen.arrival import BodyTap, stamping
+from loadgen.sse import ERROR_BODY_PREVIEW_BYTES, EngineError, ProtocolError, SseSink, loads
+from loadgen.sse import StreamState as StreamState  # the runner's and tests' name for it
 from runs.records import ErrorKind
-
-_DECODER = json.JSONDecoder()
-
-
-def _json_loads(payload: bytes | bytearray) -> Any:
-    """One SSE payload as JSON: what ``json.loads`` does for bytes without its encoding
-    sniffing and trailing-space pass (the payload is stripped UTF-8), a third of its cost."""
-    text = payload.decode()
-    obj, end = _DECODER.raw_decode(text)
-    if end != len(text):
-        raise ValueError(f"extra data after the JSON value at character {end}")
-    return obj
-
-
-try:  # orjson parses chunks ~3x faster; optional.
-    import orjson
-
-    _loads: Callable[[bytes | bytearray], Any] = orjson.loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _loads = _json_loads
 
 READ_BUFSIZE_BYTES = 4 * 1024 * 1024
 MAX_HEADER_LINE_BYTES = 64 * 1024
 MAX_SSE_LINE_BYTES = 1024 * 1024
 """Default longest SSE line: a chunk is one delta and its metadata, a few KB; a line
 past a MiB is a broken engine, and buffering it without bound would eat memory."""
-MAX_COUNT = 2**63 - 1
-"""The largest token count accepted (SQLite's INTEGER); a larger one cannot be true."""
-ERROR_BODY_PREVIEW_BYTES = 2048
 CONNECTS_AT_ONCE = 128
 """Connections being opened at once.  A level of 10,000 streams starting together would
 otherwise send 10,000 handshakes in one burst: past the listening kernel's SYN and accept
@@ -85,46 +52,6 @@ class ClientLimits:
     """False for engines that close the socket after each stream (llama-server)."""
     max_line_bytes: int = MAX_SSE_LINE_BYTES
     """A longer SSE line fails the request (protocol error) and closes its connection."""
-
-
-class StreamState:
-    """What one request measured so far (perf_counter seconds)."""
-
-    __slots__ = (
-        "chunk_perf",
-        "done",
-        "error_kind",
-        "error_message",
-        "events",
-        "finish_reason",
-        "http_status",
-        "preview",
-        "sent_perf",
-        "server_decode_tok_s",
-        "usage_completion_tokens",
-        "usage_prompt_tokens",
-    )
-
-    def __init__(self) -> None:
-        self.sent_perf: float | None = None
-        self.chunk_perf: list[float] = []
-        """Arrival time of every content chunk (role-only / usage chunks excluded)."""
-        self.done = False
-        self.events = 0
-        """SSE data events read (any, content or not)."""
-        self.preview = bytearray()
-        """The answer's first bytes: what it was when it held no event."""
-        self.finish_reason: str | None = None
-        self.usage_prompt_tokens: int | None = None
-        self.usage_completion_tokens: int | None = None
-        self.server_decode_tok_s: float | None = None
-        self.http_status: int | None = None
-        self.error_kind: ErrorKind | None = None
-        self.error_message: str | None = None
-
-    def fail(self, kind: ErrorKind, message: str) -> None:
-        self.error_kind = kind
-        self.error_message = message[:500]
 
 
 def endpoint_url(base_url: str, chat: bool) -> str:
@@ -154,71 +81,6 @@ def build_body(
     if extra:
         body.update(extra)
     return json.dumps(body, separators=(",", ":")).encode()
-
-
-def _has_content(choice: Mapping[str, Any]) -> bool:
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        # Reasoning and tool-call deltas are tokens too; a role-only delta is not.
-        return bool(
-            delta.get("content")
-            or delta.get("reasoning_content")
-            or delta.get("reasoning")
-            or delta.get("tool_calls")
-        )
-    return bool(choice.get("text"))
-
-
-def _count(usage: Mapping[str, Any], name: str) -> int | None:
-    """A usage token count: absent / null is None; a value that cannot be a count is
-    a protocol error (``bool`` is an ``int`` in Python, but not a count)."""
-    value = usage.get(name)
-    if value is None:
-        return None
-    if type(value) is not int or not 0 <= value <= MAX_COUNT:
-        raise _ProtocolError(f"usage.{name} = {value!r:.60} is not a possible token count")
-    return value
-
-
-def _speed(timings: Mapping[str, Any]) -> float | None:
-    value = timings.get("predicted_per_second")
-    if value is None:
-        return None
-    # Compared, not converted first: NaN, inf and a 400-digit int all fail here.
-    if type(value) not in (int, float) or not 0 <= value <= sys.float_info.max:
-        raise _ProtocolError(f"timings.predicted_per_second = {value!r:.60} is not a speed")
-    return float(value)
-
-
-def _take_event(state: StreamState, payload: bytes | bytearray, now: float) -> None:
-    if payload == b"[DONE]":
-        state.done = True
-        return
-    try:
-        obj = _loads(payload)
-    except ValueError as exc:
-        raise _ProtocolError(f"malformed SSE JSON: {exc}; data={payload[:120]!r}") from None
-    if not isinstance(obj, dict):
-        raise _ProtocolError(f"SSE data is not an object: {payload[:120]!r}")
-    state.events += 1
-    if obj.get("error") is not None:
-        raise _EngineError(f"error event in stream: {str(obj['error'])[:300]}")
-    choices = obj.get("choices")
-    if choices and isinstance(choices, list) and isinstance(choices[0], dict):
-        choice = choices[0]
-        if _has_content(choice):
-            state.chunk_perf.append(now)
-        if choice.get("finish_reason"):
-            state.finish_reason = str(choice["finish_reason"])
-    usage = obj.get("usage")
-    if isinstance(usage, dict):
-        state.usage_prompt_tokens = _count(usage, "prompt_tokens")
-        state.usage_completion_tokens = _count(usage, "completion_tokens")
-    timings = obj.get("timings")  # llama.cpp's own per-request timing
-    if isinstance(timings, dict):
-        speed = _speed(timings)
-        if speed is not None:
-            state.server_decode_tok_s = speed
 
 
 async def _on_body_sent(
@@ -259,16 +121,6 @@ class _PacedConnector(aiohttp.TCPConnector):
 
 class _BrokenStream(Exception):
     pass
-
-
-class _ProtocolError(Exception):
-    """The engine sent what the protocol cannot carry: garbage, an impossible value, an
-    oversize line."""
-
-
-class _EngineError(Exception):
-    """A 2xx answer that is the engine's error (an error event, llama.cpp's ``error:`` line,
-    a JSON error body)."""
 
 
 class _NoResponseByte(Exception):
@@ -346,9 +198,9 @@ class StreamClient:
             state.fail(ErrorKind.TIMEOUT, f"not finished within the {limit:g} s request timeout")
         except _BrokenStream as exc:
             state.fail(ErrorKind.BROKEN_STREAM, str(exc))
-        except _ProtocolError as exc:
+        except ProtocolError as exc:
             state.fail(ErrorKind.PROTOCOL, str(exc))
-        except _EngineError as exc:
+        except EngineError as exc:
             state.fail(ErrorKind.ENGINE_ERROR, str(exc))
         except aiohttp.ClientError as exc:
             state.fail(ErrorKind.BROKEN_STREAM, f"{type(exc).__name__}: {exc}")
@@ -395,8 +247,8 @@ class StreamClient:
                 state.fail(kind, f"HTTP {resp.status}: {text}")
                 return
             try:
-                await _read_events(resp, state, self._limits.max_line_bytes)
-            except (_ProtocolError, _EngineError):
+                await _read_events(resp, state, self._limits)
+            except (ProtocolError, EngineError):
                 resp.close()  # closed, never pooled: the rest of the stream is junk
                 raise
 
@@ -409,7 +261,7 @@ def _judge_eventless(preview: bytes, state: StreamState) -> None:
     """A 2xx answer that is no event stream at all: the engine's error as a JSON body, or
     garbage."""
     try:
-        obj = _loads(preview)
+        obj = loads(preview)
     except ValueError:
         obj = None
     text = preview.decode("utf-8", "replace").strip()
@@ -428,39 +280,12 @@ async def _preview(resp: aiohttp.ClientResponse) -> str:
 
 
 async def _read_events(
-    resp: aiohttp.ClientResponse, state: StreamState, max_line_bytes: int
+    resp: aiohttp.ClientResponse, state: StreamState, limits: ClientLimits
 ) -> None:
-    """Split the payload into SSE lines in linear time: each read is scanned for
-    newlines once, and only a line split across reads is copied (once more)."""
-    arrived_by = ArrivalClock(resp)
-    partial = bytearray()  # the current line's bytes from earlier reads
-    offset = 0  # payload offset of ``data[0]``
-    async for data in resp.content.iter_any():
-        if len(state.preview) < ERROR_BODY_PREVIEW_BYTES:
-            state.preview += data[: ERROR_BODY_PREVIEW_BYTES - len(state.preview)]
-        start = 0
-        while (nl := data.find(b"\n", start)) >= 0:
-            if len(partial) + nl - start > max_line_bytes:
-                raise _ProtocolError(_too_long(max_line_bytes))
-            line: bytes | bytearray = data[start:nl]
-            if partial:
-                partial += line
-                line, partial = partial, bytearray()
-            if line.startswith(b"data:"):
-                _take_event(state, line[5:].strip(), arrived_by(offset + nl + 1))
-            elif line.startswith(b"error:"):  # llama.cpp's error in a stream
-                raise _EngineError(f"error in stream: {bytes(line[6:]).strip()[:300]!r}")
-            start = nl + 1
-        if len(partial) + len(data) - start > max_line_bytes:
-            raise _ProtocolError(_too_long(max_line_bytes))
-        partial += memoryview(data)[start:]
-        offset += len(data)
-    if partial.startswith(b"data:"):  # last event without a trailing newline
-        _take_event(state, partial[5:].strip(), time.perf_counter())
-
-
-def _too_long(max_line_bytes: int) -> str:
-    return (
-        f"an SSE line is longer than {max_line_bytes:,} bytes (ClientLimits.max_line_bytes): "
-        "the engine's stream is broken; the connection was closed"
-    )
+    sink = SseSink(state, limits.max_line_bytes)
+    tap = BodyTap(resp, sink.feed, limits.stall_timeout_s)
+    try:
+        await tap.wait_end()
+    finally:
+        tap.detach()  # also when cancelled: ``state`` is the caller's from here on
+    sink.finish(time.perf_counter())
