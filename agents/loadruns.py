@@ -186,6 +186,12 @@ def _taken_back(path: Path) -> LoadRun:
     return run
 
 
+KEEP_ENDED_RUNS = 200
+"""Ended runs a node keeps (event file and entry), the newest: a control plane that lost
+its connection resumes a run long after it ended, but not 200 runs later; kept for good,
+every run ever made would fill the agent's memory and the node's disk."""
+
+
 class LoadRuns:
     """The node's load runs, by id."""
 
@@ -207,6 +213,17 @@ class LoadRuns:
                 sink = _EventLog(run, None, self.limit_bytes)
                 sink.on_event(RunInterrupted("the agent stopped during the run"))
             self.runs[run.run_id] = run
+        self._prune()
+
+    def _prune(self) -> None:
+        """Forget the oldest ended runs past ``KEEP_ENDED_RUNS``, their event files with
+        them (one being read now stays until its reader is done)."""
+        ended = [r for r in self.runs.values() if r.ended is not None and not r.waiters]
+        for run in sorted(ended, key=lambda r: r.started_at)[
+            : max(0, len(ended) - KEEP_ENDED_RUNS)
+        ]:
+            del self.runs[run.run_id]
+            run.path.unlink(missing_ok=True)
 
     def get(self, run_id: str) -> LoadRun:
         try:
@@ -277,6 +294,7 @@ class LoadRuns:
                     pass
 
         run.task = asyncio.get_running_loop().create_task(drive(), name=f"load-{run_id}")
+        self._prune()
         self.runs[run_id] = run
         return run
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from agents import loadruns
 from agents.client import AgentClient, AgentError
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
@@ -181,3 +182,29 @@ async def test_an_agent_started_again_takes_back_its_runs_and_ends_those_it_lost
     assert listed["lostrun00001"].state == "RunInterrupted"
     assert (listed[run.run_id].state, listed[run.run_id].last_seq) == ("RunFinished", len(before))
     assert listed[run.run_id].engine == engine.id
+
+
+async def test_a_node_keeps_its_newest_ended_runs_and_forgets_older_ones_with_their_files(
+    make_config: Callable[..., AgentConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak found every run the agent ever made kept in its memory (and its event file
+    on disk): past the newest ``KEEP_ENDED_RUNS`` ended ones, the oldest go."""
+    monkeypatch.setattr(loadruns, "KEEP_ENDED_RUNS", 2)
+    config = make_config()
+    spec = plain(LoadSpec(levels=concurrency_sweep([1]), requests_per_level=2))
+    async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
+        engine = await client.start("sim", SIM)
+        model = await served_model(url, engine.id)
+        ids = []
+        for _ in range(4):
+            run = await client.start_load(engine.id, spec, WORKLOAD, model=model)
+            await events_of(client, run.run_id)  # to its end
+            ids.append(run.run_id)
+        listed = [r.run_id for r in await client.loads()]
+        with pytest.raises(AgentError) as gone:
+            await events_of(client, ids[0])
+    loads = config.state_dir / "loads"
+    # the two newest ended before the last started, and the last
+    assert sorted(listed) == sorted(ids[1:])
+    assert sorted(p.stem for p in loads.glob("*.jsonl")) == sorted(ids[1:])
+    assert gone.value.status == 404 and ids[0] in str(gone.value)
