@@ -53,7 +53,8 @@ class FrameRules:
 
     def __init__(self, config: AlertConfig) -> None:
         self.config = config
-        self._trends: dict[tuple[str, str, str], deque[tuple[float, float]]] = {}
+        self._trends: dict[str, dict[tuple[str, str], deque[tuple[float, float]]]] = {}
+        """By node, then (rule, engine id): each engine's recent values of a trend rule."""
 
     def observe(self, frame: TelemetryFrame) -> list[Observation]:
         """What holds in ``frame``: one observation per rule and target."""
@@ -62,6 +63,13 @@ class FrameRules:
             *(o for gpu in frame.gpus for o in self._gpu(frame.node, gpu)),
             *(o for eng in frame.engines for o in self._engine(frame, eng)),
         ]
+        trends = self._trends.get(frame.node)
+        if trends:
+            # an engine gone from its node's frames takes its trends along: kept, every
+            # engine ever started and stopped stayed in the control plane's memory
+            here = {eng.id for eng in frame.engines}
+            for key in [key for key in trends if key[1] not in here]:
+                del trends[key]
         return [o for o in found if self.config.enabled(o.rule)]
 
     def _gpu(self, node: str, gpu: GpuSample) -> Iterator[Observation]:
@@ -147,7 +155,10 @@ class FrameRules:
     ) -> float | None:
         """How much ``value`` grew over the rule's window (None until there is a past)."""
         window_s = self.config.rule(rule).window_s or 0.0
-        points = self._trends.setdefault((rule, frame.node, e.id), deque(maxlen=4096))
+        trends = self._trends.setdefault(frame.node, {})
+        points = trends.get((rule, e.id))
+        if points is None:
+            points = trends[(rule, e.id)] = deque(maxlen=4096)
         if value is None:
             points.clear()
             return None

@@ -17,6 +17,7 @@ from alerts import (
 )
 from alerts.rules import FRAME_RULES
 from telemetry import TelemetryFrame
+from tests.tui.conftest import engines_at_load
 from tests.tui.replay_frames import ReplayNode
 
 
@@ -86,3 +87,23 @@ def test_throttle_reasons_are_named_as_nvml_names_them() -> None:
 def test_a_bad_alerts_table_is_refused_in_words(table: dict[str, object], words: str) -> None:
     with pytest.raises(AlertConfigError, match=words):
         parse_alert_config(table)
+
+
+def test_an_engine_gone_from_its_node_takes_its_trends_along() -> None:
+    """The soak (engines started and stopped for 20 minutes) found every stopped engine's
+    trend history kept; and an engine seen again starts a fresh trend."""
+    config = parse_alert_config({"rules": {"queue_growing": {"threshold": 1}}})
+    rules = FrameRules(config)
+    engine = engines_at_load()[0]
+    frames = ReplayNode("h200-0").history(range(6))
+
+    def waiting(frame: TelemetryFrame, n: int | None) -> list[str]:
+        engines = () if n is None else (dataclasses.replace(engine, requests_waiting=n),)
+        seen = rules.observe(dataclasses.replace(frame, engines=engines))
+        return [o.rule for o in seen if o.rule == "queue_growing"]
+
+    assert waiting(frames[0], 2) == [] and waiting(frames[1], 9) == ["queue_growing"]
+    assert waiting(frames[2], None) == []  # the engine stopped
+    assert rules._trends["h200-0"] == {}
+    # back (its queue smaller than before it went): no growth against its old values
+    assert waiting(frames[3], 5) == [] and waiting(frames[4], 6) == ["queue_growing"]
