@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections import Counter
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -50,6 +52,19 @@ def process_figures(pid: int | str = "self") -> dict[str, float]:
     return {"rss_mib": rss_kib / 1024, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
+def live_objects() -> Counter[str]:
+    """This process's live objects after a full collection, counted by type: cheap enough
+    for every soak, and a type that keeps growing names what is kept."""
+    gc.collect()
+    return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
+
+
+def grown_types(before: Counter[str], top: int = 10) -> str:
+    after = live_objects()
+    after.subtract(before)
+    return ", ".join(f"{name} {n:+d}" for name, n in after.most_common(top) if n > 0) or "none"
+
+
 # -- the agent process -----------------------------------------------------------------
 
 
@@ -69,14 +84,19 @@ async def serve_agent(workdir: Path) -> None:
         )
         stats = workdir / "agent-stats.json"
         baseline = None
+        objects: Counter[str] | None = None
         while not (workdir / "STOP").exists():
             figures = process_figures() | {"tasks": len(asyncio.all_tasks())}
             tmp = stats.with_suffix(".tmp")
             tmp.write_text(json.dumps(figures))
             tmp.replace(stats)  # the driver never reads half a file
-            if baseline is None and tracemalloc.is_tracing() and (workdir / "BASELINE").exists():
-                baseline = tracemalloc.take_snapshot()
+            if objects is None and (workdir / "BASELINE").exists():
+                objects = live_objects()
+                if tracemalloc.is_tracing():
+                    baseline = tracemalloc.take_snapshot()
             await asyncio.sleep(STATS_EVERY_S)
+        if objects is not None:
+            (workdir / "agent-types.txt").write_text(grown_types(objects))
         if baseline is not None:
             (workdir / "agent-growth.txt").write_text(grown_since(baseline))
 
@@ -121,6 +141,8 @@ async def soak(workdir: Path, minutes: int, minute_s: float) -> dict[str, Any]:
     config = replace(load_config(workdir / "config.toml"), db_path=workdir / "runs.db")
     samples: list[dict[str, Any]] = []
     counts = {"engines": 0, "runs": 0, "stopped": 0, "not_offered": 0}
+    baselines: list[tracemalloc.Snapshot] = []  # the TUI's own, where traced
+    objects: list[Counter[str]] = []  # the TUI's live objects at minute 2
     async with build_services(config) as services:
         app = create_app(config, services=services)
         client: Any = services.nodes[0].client
@@ -153,6 +175,9 @@ async def soak(workdir: Path, minutes: int, minute_s: float) -> dict[str, Any]:
                     sample()
                     if len(samples) == 3:  # minute 2: growth is judged from here
                         (workdir / "BASELINE").write_text("minute 2")
+                        objects.append(live_objects())
+                        if tracemalloc.is_tracing():
+                            baselines.append(tracemalloc.take_snapshot())
 
             sample()
             sampler = asyncio.create_task(every_minute())
@@ -187,9 +212,19 @@ async def soak(workdir: Path, minutes: int, minute_s: float) -> dict[str, Any]:
                 stopped = await client.stop(engine.id)
                 counts["stopped"] += stopped.state in ("stopped", "exited")
             await sampler
+            # counted while the app still runs: on exit it unfreezes its start-up heap
+            # (``gc.freeze``), which ``gc.get_objects`` does not list while frozen
+            tui_types = grown_types(objects[0])
         statuses = sorted({r.status for r in store.list_runs()})
         counts["engines_left"] = len(await client.engines())
-    return {"samples": samples, "statuses": statuses, **counts}
+    tui_sites = grown_since(baselines[0]) if baselines else None
+    return {
+        "samples": samples,
+        "statuses": statuses,
+        "tui_growth_sites": tui_sites,
+        "tui_grown_types": tui_types,
+        **counts,
+    }
 
 
 def table(result: dict[str, Any]) -> str:
@@ -228,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--trace-memory",
         action="store_true",
-        help="trace the agent's allocations (tracemalloc, slower) and print where its "
-        "memory grew from minute 2 to the end",
+        help="trace the agent's and the TUI's allocations (tracemalloc, slower) and print "
+        "where each one's memory grew from minute 2 to the end",
     )
     p.add_argument("--agent", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--minute-s", type=float, default=60.0, help=argparse.SUPPRESS)  # a quick try
@@ -253,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                 if agent.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit("the agent process did not start")
                 time.sleep(0.2)
+            if args.trace_memory:
+                tracemalloc.start(16)
             result = asyncio.run(soak(workdir, args.minutes, args.minute_s))
         finally:
             (workdir / "STOP").write_text("stop")
@@ -263,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
                 agent.wait()
             grown = workdir / "agent-growth.txt"
             growth_sites = grown.read_text() if grown.exists() else None
+            types = workdir / "agent-types.txt"
+            agent_types = types.read_text() if types.exists() else None
     result["agent_growth_sites"] = growth_sites
+    result["agent_grown_types"] = agent_types
     result["machine"] = f"{platform.node()}: {platform.processor() or platform.machine()}, " \
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}"  # fmt: skip
     result["growth_2_to_end"] = growth(result)
@@ -276,11 +316,16 @@ def main(argv: list[str] | None = None) -> int:
         "runs",
         "statuses",
         "growth_2_to_end",
+        "tui_grown_types",
+        "agent_grown_types",
     )
     print(json.dumps({k: result[k] for k in said}))
     if result["agent_growth_sites"]:
         print("Where the agent's traced memory grew from minute 2:")
         print(result["agent_growth_sites"])
+    if result["tui_growth_sites"]:
+        print("Where the TUI's traced memory grew from minute 2:")
+        print(result["tui_growth_sites"])
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

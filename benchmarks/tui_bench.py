@@ -146,6 +146,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                 str(args.nodes),
                 "--gpus",
                 str(args.gpus),
+                *(["--pin"] if args.pin else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -158,6 +159,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
             cmd = (
                 f"cd {Path.cwd()} && {env} {sys.executable} -m benchmarks.tui_bench "
                 f"--tui {workdir} --warmup {args.warmup} --seconds {args.seconds}"
+                + (" --pin" if args.pin else "")
             )
             subprocess.run(
                 [
@@ -198,9 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--seconds", type=float, default=60.0, help="measured window")
     p.add_argument("--warmup", type=float, default=15.0)
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="the TUI on the last CPU, the fleet's agents on the others (at 256 nodes the "
+        "agents need more than a core of their own: unpinned, the TUI's lag is theirs too)",
+    )
     p.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--tui", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.pin:
+        last = max(os.sched_getaffinity(0))
+        others = set(range(last)) or {last}
+        os.sched_setaffinity(0, {last} if args.tui else others)  # children inherit it
     if args.serve:
         asyncio.run(serve_fleet(args.nodes, args.gpus, args.serve))
         return 0
@@ -212,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, load average {load:.1f}, "
+        f"{'TUI pinned to its own CPU, ' if args.pin else ''}"
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     print(
