@@ -15,7 +15,7 @@ from agents.runtime import Deployment
 from agents.runtime.state import StateStore
 from tests.tui.driving import live_app, wait_for_action
 from tests.tui.helpers import painted, text_of, type_into, wait_until
-from tui.screens.scale import ScaleEngine
+from tui.scale_form import ScaleEngine
 
 NODE = "swarm-manager"
 

@@ -26,7 +26,7 @@ from tests.tui.conftest import (
 )
 from tests.tui.helpers import wait_until
 from tui.app import InferTopApp
-from tui.screens.scale import ScaleEngine
+from tui.scale_form import ScaleEngine
 
 
 def feed(

@@ -40,8 +40,8 @@ from control.nodes import AgentLike, LaunchFields
 from control.services import describe_error
 from tui.fasttable import Cell
 from tui.messages import EngineActionDone, EngineProgress
+from tui.scale_form import ask_scale
 from tui.screens.base import BaseScreen
-from tui.screens.scale import ask_scale
 from tui.screens.shared import Confirm
 from tui.widgets import ENGINE_COLUMNS, add_fixed_columns, engine_rows, selected_key, sync_table
 
