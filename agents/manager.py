@@ -210,8 +210,7 @@ class EngineManager:
         elif action == "die":
             self._exited(task.id, reason, at, exit_code)
         elif action == "stop" and dep is not None and at >= dep.started_at:
-            self.deployments.pop(task.id, None)
-            self.scraper.forget(task.id)
+            self._forget(task.id)
             self.emit("task_gone", task.id, reason)
 
     async def _poll_exit(self, dep: Deployment) -> None:
@@ -494,17 +493,23 @@ class EngineManager:
             if not await self._take_down_or_forget(dep):
                 if names:  # the runtime that removes them cannot act either
                     dep.message = f"{dep.message}; volumes {', '.join(names)} were not removed"
-                self.deployments.pop(dep_id, None)
-                self.scraper.forget(dep_id)
+                self._forget(dep_id)
                 return dep
             not_removed = await self._remove_volumes(dep, names) if names else None
             removed = f"removed volumes {', '.join(names)}" if names and not not_removed else ""
             self.emit("stopped", dep.id, removed)
-        self.deployments.pop(dep_id, None)
-        self.scraper.forget(dep_id)
+        self._forget(dep_id)
         if not_removed:
             raise ManagerError(409, f"engine {dep_id} stopped, but {not_removed}")
         return dep
+
+    def _forget(self, dep_id: str) -> None:
+        """An engine gone for good: nothing of it stays (its lock too: kept, every engine
+        ever started stayed in the agent's memory, found by the soak). A caller still
+        waiting on its lock holds it; a new one finds no engine."""
+        self.deployments.pop(dep_id, None)
+        self.scraper.forget(dep_id)
+        self._locks.pop(dep_id, None)
 
     async def _check_volume_removal(self, dep: Deployment, names: list[str]) -> None:
         """Refuse (400, nothing done) a name the deployment does not mount, or a volume

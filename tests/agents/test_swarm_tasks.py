@@ -11,6 +11,7 @@ import pytest
 
 from agents.config import AgentConfig
 from agents.manager import EngineManager
+from agents.runtime.sim import SimRuntime
 from agents.runtime.state import StateStore
 from agents.runtime.swarm import SwarmRuntime, task_deployment
 
@@ -89,3 +90,23 @@ async def test_a_deployed_service_is_listed_when_swarm_does_not_answer(
     assert service.placement == "node.hostname == b" and service.model == "/models/tiny.gguf"
     assert service.message is not None and "Swarm did not say" in service.message
     assert service.config["api_key"] == "<redacted>"
+
+
+async def test_an_engine_stopped_or_gone_leaves_nothing_of_it_in_the_agent(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    """The soak found a lock per engine ever started kept by the agent for good."""
+    manager = await manager_with_task(make_config(), tmp_path)
+    manager.runtimes["sim"] = SimRuntime()
+    try:
+        for _ in range(3):
+            dep = await manager.start("sim", {"profile": "h100-llama2-7b-vllm"}, [0], runtime="sim")
+            assert dep.state == "ready"
+            await manager.stop(dep.id)
+        task = task_deployment(LABELS)
+        assert task is not None
+        manager._task("stop", task, "Swarm stopped task t.1 on node b", 200.2, None)
+        assert (manager.deployments, manager._locks) == ({}, {})
+    finally:
+        await manager.close()
+        await manager.session.close()
