@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import json
 import os
@@ -50,6 +51,33 @@ def process_figures(pid: int | str = "self") -> dict[str, float]:
         if line.startswith("VmRSS:"):
             rss_kib = int(line.split()[1])
     return {"rss_mib": rss_kib / 1024, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")
+    ]  # fmt: skip
+
+
+def heap_figures() -> dict[str, float]:
+    """Where this process's memory is, beyond RSS: Python's allocated blocks, SQLite's
+    own allocations, and the C heap (glibc: in use, and free but still held). A growing
+    RSS with these flat is the allocator's, not a leak's."""
+    import _sqlite3
+
+    sqlite_used = ctypes.CDLL(_sqlite3.__file__).sqlite3_memory_used
+    sqlite_used.restype = ctypes.c_int64
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    return {
+        "py_blocks_k": sys.getallocatedblocks() / 1000,
+        "sqlite_mib": sqlite_used() / 2**20,
+        "malloc_used_mib": (info.uordblks + info.hblkhd) / 2**20,
+        "malloc_free_mib": info.fordblks / 2**20,
+    }
 
 
 def live_objects() -> Counter[str]:
@@ -86,7 +114,7 @@ async def serve_agent(workdir: Path) -> None:
         baseline = None
         objects: Counter[str] | None = None
         while not (workdir / "STOP").exists():
-            figures = process_figures() | {"tasks": len(asyncio.all_tasks())}
+            figures = process_figures() | {"tasks": len(asyncio.all_tasks())} | heap_figures()
             tmp = stats.with_suffix(".tmp")
             tmp.write_text(json.dumps(figures))
             tmp.replace(stats)  # the driver never reads half a file
@@ -159,6 +187,7 @@ async def soak(workdir: Path, minutes: int, minute_s: float) -> dict[str, Any]:
                     {
                         "minute": len(samples),
                         "tui": process_figures() | {"tasks": len(asyncio.all_tasks())},
+                        "tui_heap": heap_figures(),
                         "agent": agent,
                         "store_mib": store_mib(config.db_path),
                         "runs": counts["runs"],
@@ -243,10 +272,29 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def heap_table(result: dict[str, Any]) -> str:
+    """Where each process's memory is (``heap_figures``), minute by minute."""
+    rows = [
+        "| minute | TUI Python blocks k | TUI SQLite MiB | TUI C heap used / free MiB | "
+        "agent Python blocks k | agent C heap used / free MiB |",
+        "|" + "---|" * 6,
+    ]
+    for s in result["samples"]:
+        t, a = s["tui_heap"], s["agent"]
+        rows.append(
+            f"| {s['minute']} | {t['py_blocks_k']:.0f} | {t['sqlite_mib']:.2f} | "
+            f"{t['malloc_used_mib']:.1f} / {t['malloc_free_mib']:.1f} | "
+            f"{a['py_blocks_k']:.0f} | {a['malloc_used_mib']:.1f} / {a['malloc_free_mib']:.1f} |"
+        )
+    return "\n".join(rows)
+
+
 def growth(result: dict[str, Any], first: int = 2) -> dict[str, float]:
     """Each figure's change from minute ``first`` to the last minute."""
     a, b = result["samples"][first], result["samples"][-1]
-    out = {f"{who} {k}": b[who][k] - a[who][k] for who in ("tui", "agent") for k in a[who]}
+    out = {
+        f"{who} {k}": b[who][k] - a[who][k] for who in ("tui", "tui_heap", "agent") for k in a[who]
+    }
     out["store_mib"] = b["store_mib"] - a["store_mib"]
     out["runs"] = b["runs"] - a["runs"]
     return out
@@ -308,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}"  # fmt: skip
     result["growth_2_to_end"] = growth(result)
     print(table(result))
+    print(heap_table(result))
     said = (
         "engines",
         "not_offered",
