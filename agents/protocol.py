@@ -465,12 +465,9 @@ def _fits(hint: Any) -> Fits:
         return lambda v: isinstance(v, dict)
     if hint is Any:
         return lambda v: True
-    if hint is type(None):
-        return lambda v: v is None
-    if hint is float:  # JSON writes 300.0 as 300
-        return lambda v: isinstance(v, int | float) and not isinstance(v, bool)
-    if hint is int:
-        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if hint in _EXACT:  # the scalar rules live once, in _EXACT
+        kinds = _EXACT[hint]
+        return lambda v: type(v) in kinds
     return lambda v: isinstance(v, hint)
 
 
