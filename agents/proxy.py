@@ -5,289 +5,168 @@ load generator, an operator's curl, an OpenAI SDK) reaches one through the agent
 agent's bearer token (checked by the auth middleware like every other route). The proxy
 forwards only to that deployment's own URL, never to a host the request names: it is not
 an open proxy. The engine's API key, where the deployment has one, replaces the caller's
-Authorization header. Bodies stream both ways chunk by chunk (SSE arrives as the engine
-writes it); a write waits for the client to drain (back-pressure), and a client that goes
-away closes the upstream connection, which is how engines notice a cancelled request.
+Authorization header. Bodies stream both ways (SSE arrives as the engine writes it: each
+block the engine sends goes out to the client as it comes, ``agents.relay``); a client
+that reads slowly stops the engine's connection being read (back-pressure), and a client
+that goes away closes the upstream connection, which is how engines notice a cancelled
+request.
 
 Every proxied request costs the agent's host a few loopback sends and, for an engine that
 closes after each answer, a connect (benchmarks/proxy_bench.py): connections to an engine
 that keeps them are pooled, one to an engine that does not is opened ahead of the request
-that takes it, the answer's head goes out with its first bytes and its last bytes with the
-end of the chunked body, so a short streamed answer is one send fewer at each end.  (Both
-sides' sockets are TCP_NODELAY: aiohttp sets it on every connection.)
+that takes it, and the answer's head goes out with its first bytes.  (Both sides' sockets
+are TCP_NODELAY: asyncio sets it on every TCP connection.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
-import aiohttp
 from aiohttp import web
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.client_reqrep import ClientRequest, ConnectionKey
-from aiohttp.tracing import Trace
 from aiohttp.web_log import AccessLogger
 from aiohttp.web_request import BaseRequest
 from yarl import URL
 
 from agents.catalog_adapter import get_spec
+from agents.http1 import HOP_BY_HOP, RelayError
 from agents.keys import MANAGER
 from agents.manager import ManagerError
+from agents.relay import EngineConnection, EnginePool
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
 """An engine on the node's loopback connects at once or not at all; reading has no limit
 (a long generation is the caller's to time out)."""
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-"""Headers that belong to one connection, not to the message (RFC 9110, 7.6.1); the
-length is recomputed by whichever side frames the body."""
-
-
-POOL_IDLE_S = 2.0
-"""How long a pooled connection may wait for its next request: under the 5 s after which
-uvicorn (vLLM, SGLang) closes an idle one, so the proxy never sends into a socket the
-engine is closing (a request body cannot be sent twice)."""
-
-
-SPARE_MAX_AGE_S = 0.5
-"""A spare connection unused this long is closed: llama-server drops a connection that
-sends nothing for its ``--timeout`` (1 s at the least the catalog lets one set), so a
-younger spare is surely still open when a request takes it."""
-
-
-AHEAD_AFTER_S = 0.001
-"""The spare's connect waits this long, so it never delays the send of the request whose
-arrival started it."""
-
-
-class AheadConnector(aiohttp.TCPConnector):
-    """A new connection per request, for engines that close theirs after every streamed
-    answer, with one opened ahead for each engine: a request takes the spare, so no
-    connect (a syscall and a turn of a busy event loop) lies in its path, and starts the
-    next one.  One, not more: each open connection holds one of llama-server's HTTP
-    threads (``-np`` + 2 at the fewest), so spares must not outnumber its spare threads."""
-
-    def __init__(self) -> None:
-        super().__init__(limit=0, force_close=True)
-        self._spares: dict[ConnectionKey, tuple[ResponseHandler, float]] = {}
-        self._opening: dict[ConnectionKey, asyncio.Task[None]] = {}
-
-    async def _create_connection(
-        self,
-        req: ClientRequest,
-        traces: list[Trace],
-        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's own signature
-    ) -> ResponseHandler:
-        spare = self._spares.pop(req.connection_key, None)
-        self._open_ahead(req, timeout)
-        if spare is not None:
-            proto, opened_at = spare
-            if proto.is_connected() and self._loop.time() - opened_at < SPARE_MAX_AGE_S:
-                return proto
-            proto.close()
-        return await super()._create_connection(req, traces, timeout)
-
-    def _open_ahead(self, req: ClientRequest, timeout: aiohttp.ClientTimeout) -> None:
-        key = req.connection_key
-        if key not in self._opening and not self.closed:
-            self._opening[key] = self._loop.create_task(self._open(req, timeout))
-
-    async def _open(self, req: ClientRequest, limits: aiohttp.ClientTimeout) -> None:
-        key = req.connection_key
-        try:
-            # After the request that asked for it has gone out (its body is written by a
-            # task queued after this one): a timer, so the loop's ready work runs first.
-            await asyncio.sleep(AHEAD_AFTER_S)
-            proto = await super()._create_connection(req, [], limits)
-        except (aiohttp.ClientError, OSError):
-            return  # the next request connects itself and reports what failed
-        finally:
-            del self._opening[key]
-        if self.closed:
-            proto.close()
-            return
-        old = self._spares.get(key)
-        if old is not None:
-            old[0].close()
-        self._spares[key] = (proto, self._loop.time())
-        self._loop.call_later(SPARE_MAX_AGE_S, self._expire, key, proto)
-
-    def _expire(self, key: ConnectionKey, proto: ResponseHandler) -> None:
-        spare = self._spares.get(key)
-        if spare is not None and spare[0] is proto:
-            del self._spares[key]
-            proto.close()
-
-    def _close(self, *, abort_ssl: bool = False) -> list[Awaitable[object]]:
-        waiters = super()._close(abort_ssl=abort_ssl)
-        for task in self._opening.values():
-            task.cancel()
-            waiters.append(task)
-        for proto, _ in self._spares.values():
-            proto.close()
-        self._spares.clear()
-        return waiters
-
-
-@dataclass(frozen=True)
-class Upstreams:
-    """The proxy's client sessions to the node's engines, one per connection habit."""
-
-    pooled: aiohttp.ClientSession
-    """Keep-alive, no limit on connections (never fewer than a load's streams)."""
-    fresh: aiohttp.ClientSession
-    """A new connection per request, for engines that close theirs after every streamed
-    answer (llama-server): a pooled one would be dead on reuse.  The next one is opened
-    ahead (``AheadConnector``)."""
-
-    def for_kind(self, kind: str) -> aiohttp.ClientSession:
-        return self.fresh if get_spec(kind).closes_after_stream else self.pooled
-
-
-UPSTREAMS = web.AppKey("proxy_upstreams", Upstreams)
-
-
-def _upstream(request: web.Request) -> tuple[URL, dict[str, str], aiohttp.ClientSession]:
-    """The deployment's own engine URL with the request's tail and query (the host and
-    port come from the agent's record, never from the request), the headers to send and
-    the session that suits the engine."""
-    dep = request.app[MANAGER].get(request.match_info["id"])  # unknown id: 404
-    if dep.url is None:
-        raise ManagerError(409, f"engine {dep.id} has no address yet (state {dep.state})")
-    url = URL(dep.url).with_path("/" + request.match_info["tail"]).with_query(request.query)
-    headers = {
-        k: v
-        for k, v in request.headers.items()
-        if k.lower() not in HOP_BY_HOP and k.lower() != "authorization"
-    }
-    api_key = dep.config.get("api_key")
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    return url, headers, request.app[UPSTREAMS].for_kind(dep.kind)
-
 
 WHOLE_BODY_BYTES = 1 << 20
 """A request body up to this size (every chat or completion request) is read whole and sent
 upstream in one write with its length; a larger or unsized one streams through chunked."""
 
+ENGINES = web.AppKey("proxy_engines", EnginePool)
 
-async def _body(request: web.Request) -> bytes | AsyncIterator[bytes] | None:
-    if not request.body_exists:
-        return None
+
+def _target(request: web.Request) -> tuple[str, tuple[str, int], bool, bytes]:
+    """The deployment's own engine address (host and port from the agent's record, never
+    from the request), whether its connections are opened ahead (an engine that closes
+    after each answer), and the request's head as the engine gets it."""
+    dep = request.app[MANAGER].get(request.match_info["id"])  # unknown id: 404
+    if dep.url is None:
+        raise ManagerError(409, f"engine {dep.id} has no address yet (state {dep.state})")
+    engine = URL(dep.url)
+    assert engine.host is not None and engine.port is not None
+    # The tail as the client encoded it: /v1/engines/<id>/proxy<tail> (an id has no "/").
+    tail = request.raw_path.split("/", 4)[4].removeprefix("proxy") or "/"
+    lines = [f"{request.method} {tail} HTTP/1.1", f"Host: {engine.host}:{engine.port}"]
+    for name, value in request.headers.items():
+        key = name.lower()
+        if key not in HOP_BY_HOP and key != "authorization":
+            lines.append(f"{name}: {value}")
+    api_key = dep.config.get("api_key")
+    if api_key:
+        lines.append(f"Authorization: Bearer {api_key}")
+    # Back to the bytes the client sent (aiohttp decoded them so, undecodable ones kept).
+    head = "\r\n".join(lines).encode("utf-8", "surrogateescape")
+    ahead = get_spec(dep.kind).closes_after_stream
+    return dep.id, (engine.host, engine.port), ahead, head
+
+
+async def _send(request: web.Request, conn: EngineConnection, head: bytes) -> None:
+    """The request to the engine: a body with a length in one write, a larger or unsized
+    one as chunks while it arrives."""
     length = request.content_length
-    if length is not None and length <= WHOLE_BODY_BYTES:
-        return await request.read()
-    return _streamed(request)
-
-
-async def _streamed(request: web.Request) -> AsyncIterator[bytes]:
-    async for chunk in request.content.iter_any():
-        yield chunk
+    if not request.body_exists:
+        conn.send(request.method, head + b"\r\nContent-Length: 0\r\n\r\n"
+                  if request.method == "POST" else head + b"\r\n\r\n")  # fmt: skip
+    elif length is not None and length <= WHOLE_BODY_BYTES:
+        body = await request.read()
+        conn.send(request.method, b"%s\r\nContent-Length: %d\r\n\r\n%s" % (head, len(body), body))
+    else:
+        conn.send(request.method, head + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        assert conn.transport is not None
+        async for chunk in request.content.iter_any():
+            conn.transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        conn.transport.write(b"0\r\n\r\n")
 
 
 class _Relayed(web.StreamResponse):
-    """An engine's answer on its way out: the head waits for the first body bytes (sent
-    by ``_relay`` at once where none came with it), so both leave in one send."""
+    """An engine's answer on its way out, framed as the engine framed it: the head waits for
+    the first body bytes, so both leave in one send, and the body is not re-framed here
+    (aiohttp's own length and chunk handling is off, as for its WebSockets)."""
 
     _send_headers_immediately = False
-
-
-async def _relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, response: _Relayed
-) -> None:
-    """The engine's body to the client as it arrives; each write waits while the client's
-    buffer is full.  The bytes that arrive with the engine's end go out with the chunked
-    body's end."""
-    body = upstream.content
-    writer = await response.prepare(request)
-    chunk = body.read_nowait()  # what came with the engine's head rides with ours
-    if not chunk and not body.at_eof() and writer is not None:
-        writer.send_headers()  # nothing yet: the client gets the status now
-    while not body.at_eof():
-        if chunk:
-            await response.write(chunk)
-        chunk = await body.readany()
-    await response.write_eof(chunk)
+    _length_check = False
 
 
 async def proxy(request: web.Request) -> web.StreamResponse:
-    url, headers, session = _upstream(request)
-    dep_id = request.match_info["id"]
+    dep_id, key, ahead, head = _target(request)
+    pool = request.app[ENGINES]
     try:
-        upstream = await session.request(
-            request.method,
-            url,
-            headers=headers,
-            data=await _body(request),
-            allow_redirects=False,
-        )
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        conn = await pool.take(key, ahead=ahead)
+    except RelayError as exc:
         raise ManagerError(
-            502, f"engine {dep_id} at {url.origin()} did not answer: {exc or type(exc).__name__}"
+            502, f"engine {dep_id} at http://{key[0]}:{key[1]} did not answer: {exc}"
         ) from None
+    finished = False
+    response: web.StreamResponse | None = None
     try:
-        response = _Relayed(
-            status=upstream.status,
-            reason=upstream.reason,
-            headers={k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP},
-        )
+        await _send(request, conn, head)
+        assert conn.head is not None and conn.done is not None
         try:
-            await _relay(request, upstream, response)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            answer = await conn.head
+        except RelayError as exc:
+            raise ManagerError(
+                502, f"engine {dep_id} at http://{key[0]}:{key[1]} did not answer: {exc}"
+            ) from None
+        response = _Relayed(status=answer.status, reason=answer.reason, headers=answer.headers)
+        if answer.framing == "chunked" or answer.framing == "close":
+            response.headers["Transfer-Encoding"] = "chunked"
+        elif answer.framing == "length":
+            response.headers["Content-Length"] = str(answer.length)
+        writer = await response.prepare(request)
+        assert writer is not None and request.transport is not None
+        first = conn.take_pending()
+        if first:
+            await response.write(first)  # with the head, in one send
+        else:
+            writer.send_headers()  # nothing yet: the client gets the status now
+        conn.attach(request.transport, lambda: asyncio.ensure_future(writer.drain()))
+        try:
+            await conn.done
+        except RelayError as exc:
             # The status is sent: cut the client's connection so the stream ends in an
             # error there too, not in a clean (and silently short) end.
             log.warning("engine %s stopped mid-answer: %s", dep_id, exc)
-            if request.transport is not None:
-                request.transport.close()
+            request.transport.close()
+            return response
+        if answer.framing == "close":
+            request.transport.write(b"0\r\n\r\n")
+        await response.write_eof()
+        # An engine that closes after each answer may not have closed yet: never reused.
+        finished = answer.reuse and not ahead
         return response
     except ConnectionResetError:
         log.info("the client of engine %s went away: the engine's request is closed", dep_id)
-        return response
+        return response or web.Response(status=499)  # never sent: the client is gone
     finally:
-        # close(), not release(): an unfinished answer must drop the connection so the
-        # engine sees the request cancelled (llama-server frees its slot).
-        if not upstream.content.at_eof():
-            upstream.close()
-        upstream.release()
+        # An unfinished answer drops the connection so the engine sees the request
+        # cancelled (llama-server frees its slot); a finished one goes back to the pool
+        # where the engine keeps its connections.
+        if finished:
+            pool.give_back(key, conn)
+        else:
+            conn.close()
 
 
-def _session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
-        auto_decompress=False,  # bytes pass through as the engine encoded them
-    )
-
-
-async def _proxy_sessions(app: web.Application) -> AsyncIterator[None]:
-    upstreams = Upstreams(
-        pooled=_session(aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_IDLE_S)),
-        fresh=_session(AheadConnector()),
-    )
-    app[UPSTREAMS] = upstreams
+async def _engine_pool(app: web.Application) -> AsyncIterator[None]:
+    pool = EnginePool(asyncio.get_running_loop(), CONNECT_TIMEOUT_S)
+    app[ENGINES] = pool
     try:
         yield
     finally:
-        await upstreams.pooled.close()
-        await upstreams.fresh.close()
+        await pool.close()
 
 
 class AgentAccessLogger(AccessLogger):
@@ -304,6 +183,6 @@ class AgentAccessLogger(AccessLogger):
 
 
 def add_proxy_routes(app: web.Application) -> None:
-    app.cleanup_ctx.append(_proxy_sessions)
+    app.cleanup_ctx.append(_engine_pool)
     for method in ("GET", "POST"):
         app.router.add_route(method, "/v1/engines/{id}/proxy/{tail:.*}", proxy)

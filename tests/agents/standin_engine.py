@@ -10,7 +10,10 @@ last line is the file's text.  With a file ``health-503`` /health answers SGLang
 /get_server_info.  ``/v1/chat/completions`` streams a short answer and notes the client's
 port; ``/peers`` lists those ports, one per request (a reused connection repeats one), and
 ``/opened`` when each client port connected (``time.monotonic``, the machine's clock) and
-which ports carried any request."""
+which ports carried any request.  ``/blob?bytes=N&framing=chunked|length|close`` answers N
+bytes of a known pattern (``blob_bytes``) framed so (``close``: no length, no chunks, the
+end is the connection's close), written 64 KiB at a time, each write waiting for the
+client; ``/written`` says how many of them have been handed to the socket so far."""
 
 from __future__ import annotations
 
@@ -21,6 +24,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web, web_protocol, web_server
+
+BLOB_PIECE = 64 * 1024
+
+
+def blob_bytes(n: int) -> bytes:
+    """The ``/blob`` body: every byte says where it is, so a lost or repeated piece shows."""
+    return (bytes(range(251)) * (n // 251 + 1))[:n]
+
+
+class _Unframed(web.StreamResponse):
+    """An answer whose end is the connection's close (HTTP/1.0 style)."""
+
+    _length_check = False
+
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPENED: dict[int, float] = {}
@@ -86,6 +103,27 @@ def main() -> None:
         await resp.write_eof(b"data: [DONE]\n\n")  # the connection stays the client's
         return resp
 
+    written = [0]
+
+    async def blob(request: web.Request) -> web.StreamResponse:
+        size, framing = int(request.query["bytes"]), request.query["framing"]
+        body = blob_bytes(size)
+        written[0] = 0
+        resp = _Unframed() if framing == "close" else web.StreamResponse()
+        if framing == "length":
+            resp.content_length = size
+        if framing == "close":
+            resp.force_close()
+        await resp.prepare(request)
+        for at in range(0, size, BLOB_PIECE):
+            await resp.write(body[at : at + BLOB_PIECE])  # waits while the client's full
+            written[0] = at + len(body[at : at + BLOB_PIECE])
+        await resp.write_eof()
+        return resp
+
+    async def written_so_far(request: web.Request) -> web.Response:
+        return web.json_response(written[0])
+
     async def peer_list(request: web.Request) -> web.Response:
         return web.json_response(peers)
 
@@ -102,6 +140,8 @@ def main() -> None:
     app = web.Application(middlewares=[note_served])
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/peers", peer_list)
+    app.router.add_get("/blob", blob)
+    app.router.add_get("/written", written_so_far)
     app.router.add_get("/opened", opened)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", page)

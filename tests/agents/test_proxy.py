@@ -10,7 +10,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,11 @@ import psutil
 import pytest
 from yarl import URL
 
-from agents import proxy as agent_proxy
+from agents import relay as agent_relay
 from agents.client import AgentClient
 from agents.config import AgentConfig
 from agents.embedded import embedded_agent
+from tests.agents.standin_engine import blob_bytes
 from tests.agents.test_engine_faults import STANDIN, engines_killed_afterwards
 
 from .conftest import TOKEN
@@ -130,14 +131,12 @@ async def test_proxied_requests_stay_out_of_the_access_log_unless_debugging(
     await client.stop(engine.id)
 
 
-@pytest.mark.parametrize(("kind", "connections"), [("vllm", 1), ("llamacpp", 6)])
-async def test_the_proxy_keeps_its_engine_connections_where_the_engine_does(
-    make_config: Callable[..., AgentConfig], tmp_path: Path, kind: str, connections: int
-) -> None:
-    """A connect per request is most of what the proxy adds on a busy node
-    (benchmarks/proxy_bench.py): an engine that keeps connections alive (vLLM) gets its one
-    connection back for each answer; llama-server, which closes its connection after every
-    streamed answer, still gets a fresh one each time."""
+@contextlib.asynccontextmanager
+async def _standin(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, kind: str
+) -> AsyncIterator[tuple[str, str]]:
+    """An agent with the stand-in engine started as ``kind``: the proxy's URL and the
+    engine's own."""
     wrapper = tmp_path / "standin"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
     wrapper.chmod(0o755)
@@ -148,18 +147,27 @@ async def test_the_proxy_keeps_its_engine_connections_where_the_engine_does(
             model = str(tmp_path / "engines" / "model")
             engine = await client.start(kind, {"model": model}, runtime="process")
             assert engine.url is not None
-            proxy = f"{url}/v1/engines/{engine.id}/proxy/v1/chat/completions"
-            async with aiohttp.ClientSession(headers=AUTH) as http:
-                for _ in range(6):
-                    async with http.post(proxy, json=CHAT) as resp:
-                        assert resp.status == 200, await resp.text()
-                        choices = [c["choices"] for c in await sse_chunks(resp)]
-                    assert choices == [
-                        [{"index": 0, "delta": {"content": text}}] for text in ("a", "b")
-                    ]
-                async with http.get(f"{engine.url}/peers") as resp:
-                    peers = await resp.json()
+            yield f"{url}/v1/engines/{engine.id}/proxy", engine.url
             await client.stop(engine.id)
+
+
+@pytest.mark.parametrize(("kind", "connections"), [("vllm", 1), ("llamacpp", 6)])
+async def test_the_proxy_keeps_its_engine_connections_where_the_engine_does(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, kind: str, connections: int
+) -> None:
+    """A connect per request is most of what the proxy adds on a busy node
+    (benchmarks/proxy_bench.py): an engine that keeps connections alive (vLLM) gets its one
+    connection back for each answer; llama-server, which closes its connection after every
+    streamed answer, still gets a fresh one each time."""
+    async with _standin(make_config, tmp_path, kind) as (proxy, engine):
+        async with aiohttp.ClientSession(headers=AUTH) as http:
+            for _ in range(6):
+                async with http.post(f"{proxy}/v1/chat/completions", json=CHAT) as resp:
+                    assert resp.status == 200, await resp.text()
+                    choices = [c["choices"] for c in await sse_chunks(resp)]
+                assert choices == [[{"index": 0, "delta": {"content": text}}] for text in "ab"]
+            async with http.get(f"{engine}/peers") as resp:
+                peers = await resp.json()
     assert len(peers) == 6 and len(set(peers)) == connections, peers
 
 
@@ -170,42 +178,84 @@ async def test_a_connection_to_llama_server_is_opened_before_the_request_that_ta
     request needs a new one; the proxy opens it ahead, so the connect is not in the
     request's path (benchmarks/proxy_bench.py): the connection that carries the second
     request was accepted by the engine before the client sent that request."""
-    monkeypatch.setattr(agent_proxy, "SPARE_MAX_AGE_S", 120.0)  # a slow machine's pause
-    wrapper = tmp_path / "standin"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
-    wrapper.chmod(0o755)
-    (tmp_path / "engines" / "model").mkdir(parents=True)
-    config = make_config(native_binaries={"llamacpp": wrapper}, model_dirs=(tmp_path / "engines",))
-    with engines_killed_afterwards(config.state_dir, str(STANDIN)):
-        async with embedded_agent(config) as (url, token), AgentClient(url, token) as client:
-            model = str(tmp_path / "engines" / "model")
-            engine = await client.start("llamacpp", {"model": model}, runtime="process")
-            assert engine.url is not None
-            proxy = f"{url}/v1/engines/{engine.id}/proxy/v1/chat/completions"
-            async with aiohttp.ClientSession(headers=AUTH) as http:
+    monkeypatch.setattr(agent_relay, "SPARE_MAX_AGE_S", 120.0)  # a slow machine's pause
+    async with _standin(make_config, tmp_path, "llamacpp") as (proxy, engine):
+        chat = f"{proxy}/v1/chat/completions"
+        async with aiohttp.ClientSession(headers=AUTH) as http:
 
-                async def engine_says(route: str) -> Any:
-                    async with http.get(f"{engine.url}{route}") as resp:
-                        return await resp.json()
+            async def engine_says(route: str) -> Any:
+                async with http.get(f"{engine}{route}") as resp:
+                    return await resp.json()
 
-                async with http.post(proxy, json=CHAT) as resp:
-                    assert len(await sse_chunks(resp)) == 2
-                # the spare: a connection of the agent's that carried no request, seen
-                # twice (a scrape's connection is also unused for a moment)
-                seen: set[int] = set()
-                async with asyncio.timeout(30):
-                    while True:
-                        state = await engine_says("/opened")
-                        idle = {int(p) for p in state["opened"]} - set(state["served"])
-                        spare = idle & _agent_ports(engine.url)
-                        if spare & seen:
-                            break
-                        seen = spare
-                        await asyncio.sleep(0.05)  # polled: the engine posts no event
-                sent_at = time.monotonic()
-                async with http.post(proxy, json=CHAT) as resp:
-                    assert len(await sse_chunks(resp)) == 2
-                second = (await engine_says("/peers"))[-1]
-                opened = (await engine_says("/opened"))["opened"][str(second)]
-            await client.stop(engine.id)
+            async with http.post(chat, json=CHAT) as resp:
+                assert len(await sse_chunks(resp)) == 2
+            # the spare: a connection of the agent's that carried no request, seen
+            # twice (a scrape's connection is also unused for a moment)
+            seen: set[int] = set()
+            async with asyncio.timeout(30):
+                while True:
+                    state = await engine_says("/opened")
+                    idle = {int(p) for p in state["opened"]} - set(state["served"])
+                    spare = idle & _agent_ports(engine)
+                    if spare & seen:
+                        break
+                    seen = spare
+                    await asyncio.sleep(0.05)  # polled: the engine posts no event
+            sent_at = time.monotonic()
+            async with http.post(chat, json=CHAT) as resp:
+                assert len(await sse_chunks(resp)) == 2
+            second = (await engine_says("/peers"))[-1]
+            opened = (await engine_says("/opened"))["opened"][str(second)]
     assert opened < sent_at, f"request 2's connection opened {opened - sent_at:+.4f} s after it"
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llamacpp"])
+async def test_an_answer_arrives_whole_however_the_engine_frames_it(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, kind: str
+) -> None:
+    """Chunks, a length, or an end that is the engine's close (re-framed as chunks, so the
+    client's connection to the agent stays open): the same bytes, twice in a row on one
+    client connection."""
+    size = 300_001
+    async with _standin(make_config, tmp_path, kind) as (proxy, _engine):
+        async with aiohttp.ClientSession(headers=AUTH) as http:
+            for framing in ("chunked", "length", "close", "chunked", "close", "length"):
+                blob = f"{proxy}/blob?bytes={size}&framing={framing}"
+                async with http.get(blob) as resp:
+                    assert resp.status == 200, await resp.text()
+                    body = await resp.read()
+                    sized = resp.headers.get("Content-Length")
+                assert body == blob_bytes(size), framing
+                assert sized == (str(size) if framing == "length" else None)
+            assert len(http.connector._conns) == 1  # type: ignore[union-attr]  # one, reused
+
+
+async def test_a_client_that_reads_slowly_holds_the_engine_back_not_the_agents_memory(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    """Back-pressure: while the client reads nothing, the engine's writes stop once the
+    sockets' buffers between them are full (far short of the answer: the agent does not
+    take it all in), and go on as the client reads; nothing lost or repeated."""
+    size = 96 * 1024 * 1024
+    async with _standin(make_config, tmp_path, "vllm") as (proxy, engine):
+        async with aiohttp.ClientSession(headers=AUTH) as http:
+            resp = await http.get(f"{proxy}/blob?bytes={size}&framing=chunked")
+            assert resp.status == 200
+            first = await resp.content.readexactly(1024)
+
+            async def written() -> int:
+                async with http.get(f"{engine}/written") as w:
+                    return int(await w.json())
+
+            # polled: the engine's socket filling posts no event; stalled = the same count
+            # over a second
+            counts = [await written()]
+            async with asyncio.timeout(60):
+                while len(counts) < 11 or counts[-1] != counts[-11]:
+                    await asyncio.sleep(0.1)
+                    counts.append(await written())
+            stalled_at = counts[-1]
+            rest = await asyncio.wait_for(resp.content.read(), 120)
+            resp.release()
+    assert stalled_at < size // 2, f"the engine wrote {stalled_at} of {size} bytes unread"
+    assert first + rest == blob_bytes(size)
