@@ -1,7 +1,7 @@
 """Agent proxy overhead: TTFT through ``/v1/engines/{id}/proxy`` vs straight to the engine.
 
     .venv/bin/python -m benchmarks.proxy_bench [--streams 1,64] [--requests 200,2048]
-        [--rounds 4] [--before-tree DIR]
+        [--rounds 4] [--before-tree DIR] [--pin]
 
 The agent runs as its own process (``python -m agents.cli``, replayed GPU, 1 s telemetry)
 and starts the engine with its process runtime: the native "llama-server" is the
@@ -27,6 +27,13 @@ planned TTFT spread.  Agent CPU: user+system seconds of the agent process (node-
 its load worker) during each path's passes, per request and as % of a core (the direct
 passes give its idle baseline: telemetry sampling, subtracted for the per-request figure).
 Goal (issue 16): the proxy adds < 1 ms TTFT p50 at 64 streams.
+
+``--pin``: the agents on the last CPU, this process (the load generator) and the engines on
+the others, as on a node where the agent has a core to itself beside the engine: on a
+2-core box unpinned, the three processes of the proxied path queue for the same two cores
+and the figure is the scheduler's, not the proxy's.  The direct path runs under the same
+split (client and engine on the same CPUs), so *added* is still what the agent's hop adds.
+A node-side pass's load worker is the agent's child and runs on the agent's CPU.
 """
 
 from __future__ import annotations
@@ -163,8 +170,22 @@ class Node:
     engine_url: str
 
 
+@dataclass(frozen=True)
+class Pinning:
+    """Which CPUs the agents get and which the rest (client, engines) keep."""
+
+    agent_cpus: set[int]
+    other_cpus: set[int]
+
+    @classmethod
+    def split(cls) -> Pinning:
+        cpus = os.sched_getaffinity(0)
+        last = max(cpus)
+        return cls({last}, (cpus - {last}) or {last})
+
+
 @contextlib.asynccontextmanager
-async def _node(tree: Path, tmp: Path) -> AsyncIterator[Node]:
+async def _node(tree: Path, tmp: Path, pin: Pinning | None) -> AsyncIterator[Node]:
     """An agent run from ``tree`` (its own code on ``PYTHONPATH``) with the schedule server
     started as its native llama-server."""
     port = free_port()
@@ -197,6 +218,11 @@ async def _node(tree: Path, tmp: Path) -> AsyncIterator[Node]:
             try:
                 if engine.url is None or engine.health != "healthy":
                     raise RuntimeError(f"engine did not start: {engine.message}")
+                if pin is not None:
+                    proc = psutil.Process(agent.pid)
+                    proc.cpu_affinity(sorted(pin.agent_cpus))
+                    for engine_proc in proc.children(recursive=True):  # started before the pin
+                        engine_proc.cpu_affinity(sorted(pin.other_cpus))
                 yield Node(client, agent_url, psutil.Process(agent.pid), engine.id, engine.url)
             finally:
                 await client.stop(engine.id)
@@ -216,7 +242,11 @@ def _proxied(node: Node) -> Target:
 
 
 async def measure(
-    stream_counts: list[int], requests: list[int], rounds: int, before_tree: Path | None
+    stream_counts: list[int],
+    requests: list[int],
+    rounds: int,
+    before_tree: Path | None,
+    pin: Pinning | None = None,
 ) -> tuple[dict[tuple[int, str], PathResult], str]:
     paths = (*PATHS, BEFORE) if before_tree else PATHS
     results = {(s, p): PathResult() for s in stream_counts for p in paths}
@@ -226,7 +256,7 @@ async def measure(
         stack.callback(tmp.cleanup)
         tmp_name = tmp.name
         (Path(tmp_name) / "now").mkdir()
-        node = await stack.enter_async_context(_node(ROOT, Path(tmp_name) / "now"))
+        node = await stack.enter_async_context(_node(ROOT, Path(tmp_name) / "now", pin))
         nodes = {p: node for p in PATHS}
         targets = {"direct": Target(node.engine_url, "sched", engine_kind="llamacpp"),
                    "proxied": _proxied(node)}  # fmt: skip
@@ -234,7 +264,7 @@ async def measure(
         if before_tree:
             (Path(tmp_name) / "before").mkdir()
             nodes[BEFORE] = await stack.enter_async_context(
-                _node(before_tree, Path(tmp_name) / "before")
+                _node(before_tree, Path(tmp_name) / "before", pin)
             )
             targets[BEFORE] = _proxied(nodes[BEFORE])
         for streams, total in zip(stream_counts, requests, strict=True):
@@ -320,18 +350,26 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4, help="interleaved passes per path")
     ap.add_argument("--before-tree", type=lambda v: Path(v).resolve(), default=None,
                     help="another checkout: its agent's proxy runs in the same passes")  # fmt: skip
+    ap.add_argument("--pin", action="store_true",
+                    help="the agents on the last CPU, client and engines on the others (see "
+                    "the module's help)")  # fmt: skip
     args = ap.parse_args()
     if len(args.requests) != len(args.streams):
         ap.error("--requests needs one count per --streams entry")
+    pin = Pinning.split() if args.pin else None
+    if pin is not None:
+        os.sched_setaffinity(0, pin.other_cpus)
     load0 = os.getloadavg()
     t0 = dt.datetime.now(dt.UTC)
     results, load1 = run_in_new_loop(
-        measure(args.streams, args.requests, args.rounds, args.before_tree)
+        measure(args.streams, args.requests, args.rounds, args.before_tree, pin)
     )
     print(f"\nMachine: {platform.machine()} {cpu_model()}, {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}; load average {load0[0]:.1f} / {load0[1]:.1f} / "
           f"{load0[2]:.1f} at the start, {load1} at the end; {t0:%Y-%m-%d %H:%M} UTC, "
-          f"{(dt.datetime.now(dt.UTC) - t0).total_seconds():.0f} s\n")  # fmt: skip
+          f"{(dt.datetime.now(dt.UTC) - t0).total_seconds():.0f} s"
+          + (f"; agents pinned to CPU {sorted(pin.agent_cpus)}, client and engines to "
+             f"{sorted(pin.other_cpus)}" if pin else "") + "\n")  # fmt: skip
     report(results, args.streams)
     return 0
 
