@@ -26,6 +26,7 @@ import gc
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -45,12 +46,19 @@ STATS_EVERY_S = 5.0
 
 
 def process_figures(pid: int | str = "self") -> dict[str, float]:
-    """RSS (MiB) and open descriptors of a process, from /proc."""
-    rss_kib = 0
+    """RSS (MiB; and of it anonymous memory and pages of mapped files) and open
+    descriptors of a process, from /proc."""
+    kib = {"VmRSS:": 0, "RssAnon:": 0, "RssFile:": 0}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss_kib = int(line.split()[1])
-    return {"rss_mib": rss_kib / 1024, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+        name = line.split(maxsplit=1)[0] if line else ""
+        if name in kib:
+            kib[name] = int(line.split()[1])
+    return {
+        "rss_mib": kib["VmRSS:"] / 1024,
+        "rss_anon_mib": kib["RssAnon:"] / 1024,
+        "rss_file_mib": kib["RssFile:"] / 1024,
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    }
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -61,20 +69,44 @@ class _Mallinfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
+def _python_arenas_bytes() -> int:
+    """The bytes Python's small-object allocator holds in its arenas (mapped apart from the
+    C heap, so not in ``mallinfo2``): its own statistics, which it writes to stderr."""
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    # "Total                                             =            9,437,184"
+    match = re.search(r"^Total\s*=\s*([\d,]+)", text, re.MULTILINE)
+    return int(match.group(1).replace(",", "")) if match else 0
+
+
 def heap_figures() -> dict[str, float]:
     """Where this process's memory is, beyond RSS: Python's allocated blocks, SQLite's
     own allocations, and the C heap (glibc: in use, and free but still held). A growing
     RSS with these flat is the allocator's, not a leak's."""
     import _sqlite3
 
-    sqlite_used = ctypes.CDLL(_sqlite3.__file__).sqlite3_memory_used
+    lib = ctypes.CDLL(_sqlite3.__file__)
+    sqlite_used = lib.sqlite3_memory_used
     sqlite_used.restype = ctypes.c_int64
+    # SQLITE_STATUS_PAGECACHE_OVERFLOW (2): the page caches' bytes (from the heap here)
+    cache_now, cache_high = ctypes.c_int64(), ctypes.c_int64()
+    lib.sqlite3_status64(2, ctypes.byref(cache_now), ctypes.byref(cache_high), 0)
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _Mallinfo2
     info = libc.mallinfo2()
     return {
         "py_blocks_k": sys.getallocatedblocks() / 1000,
+        "py_arenas_mib": _python_arenas_bytes() / 2**20,
         "sqlite_mib": sqlite_used() / 2**20,
+        "sqlite_cache_mib": cache_now.value / 2**20,
         "malloc_used_mib": (info.uordblks + info.hblkhd) / 2**20,
         "malloc_free_mib": info.fordblks / 2**20,
     }
@@ -275,14 +307,18 @@ def table(result: dict[str, Any]) -> str:
 def heap_table(result: dict[str, Any]) -> str:
     """Where each process's memory is (``heap_figures``), minute by minute."""
     rows = [
-        "| minute | TUI Python blocks k | TUI SQLite MiB | TUI C heap used / free MiB | "
+        "| minute | TUI RSS anon / file MiB | TUI Python blocks k (arenas MiB) | "
+        "TUI SQLite MiB (of it page cache) | TUI C heap used / free MiB | "
         "agent Python blocks k | agent C heap used / free MiB |",
-        "|" + "---|" * 6,
+        "|" + "---|" * 7,
     ]
     for s in result["samples"]:
-        t, a = s["tui_heap"], s["agent"]
+        t, a, rss = s["tui_heap"], s["agent"], s["tui"]
         rows.append(
-            f"| {s['minute']} | {t['py_blocks_k']:.0f} | {t['sqlite_mib']:.2f} | "
+            f"| {s['minute']} | {rss.get('rss_anon_mib', 0):.1f} / "
+            f"{rss.get('rss_file_mib', 0):.1f} | {t['py_blocks_k']:.0f} "
+            f"({t.get('py_arenas_mib', 0):.1f}) | "
+            f"{t['sqlite_mib']:.2f} ({t['sqlite_cache_mib']:.2f}) | "
             f"{t['malloc_used_mib']:.1f} / {t['malloc_free_mib']:.1f} | "
             f"{a['py_blocks_k']:.0f} | {a['malloc_used_mib']:.1f} / {a['malloc_free_mib']:.1f} |"
         )

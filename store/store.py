@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 MEMORY = ":memory:"
 DEFAULT_TELEMETRY_RETENTION_S = 7 * 86400.0
 RETENTION_CHECK_S = 3600.0
+PAGE_CACHE_KIB = 1024
+"""SQLite's page cache per connection (a store has two: the writer's and the reader's);
+SQLite's default is 2000 KiB."""
 
 
 def default_db_path() -> Path:
@@ -100,6 +103,12 @@ class Store(FleetMixin, AlertsMixin):
             self._read_conn.isolation_level = None
             self._read_conn.execute("PRAGMA query_only = ON")
             self._read_lock = threading.Lock()
+        # The page cache is the one part of a store's memory that grows with the file: a
+        # TUI left running fills it as runs are added (the soak, benchmarks/soak.py).  A
+        # smaller fixed size puts a bound on it that is reached early; pages beyond it
+        # come from the operating system's file cache.
+        for each in {conn, self._read_conn}:
+            each.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
 
     def _mark_orphans(self, conn: sqlite3.Connection) -> list[str]:
         """Mark this host's runs whose process died (SIGKILL, OOM) as interrupted."""
