@@ -1,6 +1,7 @@
 """Load generated on node ``b``, next to its llama-server, and recorded by the control plane
-(this test, in the root namespace): the default of ``infer-top bench --node --engine-id``;
-a link cut for 10 s mid-run loses and duplicates no record; a run left early stops on b."""
+(this test, in the root namespace): the default of ``infer-top bench --node --engine-id``,
+then the same sweep through b's agent (``--via-proxy``) into the same store, b's engine
+telemetry kept with each run, and the two runs compared (``infer-top compare``); a link cut for 10 s mid-run loses and duplicates no record; a run left early stops on b."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from runs.events import ProgressEvent
 from runs.records import RequestRecord
 from store import RunRecorder, open_store
 from tests.fleet.conftest import write_config
-from tests.loadgen.conftest import bench
+from tests.loadgen.conftest import ROOT, bench, infer_top_argv
 from tests.netns import TestNode, link_cut
 from tests.recording import Seen
 from tests.waiting import apoll_until
@@ -79,6 +80,35 @@ async def test_bench_on_b_generates_the_sweep_there_and_stores_every_record_here
     assert (node, deployment_id, status) == ("b", llama_on_b.id, "completed")
     assert node_local_on_b(profile)
     assert len(ids) == len(set(ids)) == 3 * 4 and rejected == 0
+
+    # The same sweep from here through b's agent, into the same store, and the two compared.
+    code, _out, err = await bench(
+        "--config", str(config), "--node", "b", "--engine-id", llama_on_b.id, "--via-proxy",
+        "--concurrency", "1,2,4", "--requests", "4", "--input-len", "16", "--output-len", "8",
+        "--save", "--db", str(db),
+    )  # fmt: skip
+    assert code == 0, err
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT id, node, json_extract(profile_json, '$.placement.path'),"
+            # b's engine telemetry (a frame a second): one before each run, one after it
+            " (SELECT count(e.ts BETWEEN runs.created_at - 5 AND runs.created_at OR NULL) > 0"
+            "  AND count(e.ts BETWEEN runs.finished_at AND runs.finished_at + 5 OR NULL) > 0"
+            "  FROM engine_samples e WHERE e.node = runs.node"
+            "  AND e.engine_id = runs.deployment_id)"
+            " FROM runs ORDER BY created_at"
+        ).fetchall()
+    assert [(node, path) for _id, node, path, *_ in rows] == [("b", "node-local"), ("b", "proxied")]
+    assert all(spanned == 1 for *_, spanned in rows), rows
+    proc = await asyncio.create_subprocess_exec(
+        *infer_top_argv("compare", "--json", "--db", str(db), "--baseline", rows[0][0], rows[1][0]),
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err_bytes = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode in (0, 1), err_bytes.decode()  # 2: the runs could not be compared
+    verdict = json.loads(out)
+    assert (verdict["baseline"], verdict["run"]) == (rows[0][0], rows[1][0])
+    assert [level["level"] for level in verdict["levels"]] == ["c=1", "c=2", "c=4"], verdict
 
 
 async def test_a_link_down_for_ten_seconds_mid_run_loses_and_duplicates_nothing(
