@@ -100,15 +100,17 @@ class _Relayed(web.StreamResponse):
     _length_check = False
 
 
+def _no_answer(dep_id: str, key: tuple[str, int], exc: RelayError) -> ManagerError:
+    return ManagerError(502, f"engine {dep_id} at http://{key[0]}:{key[1]} did not answer: {exc}")
+
+
 async def proxy(request: web.Request) -> web.StreamResponse:
     dep_id, key, ahead, head = _target(request)
     pool = request.app[ENGINES]
     try:
         conn = await pool.take(key, ahead=ahead)
     except RelayError as exc:
-        raise ManagerError(
-            502, f"engine {dep_id} at http://{key[0]}:{key[1]} did not answer: {exc}"
-        ) from None
+        raise _no_answer(dep_id, key, exc) from None
     finished = False
     response: web.StreamResponse | None = None
     try:
@@ -117,11 +119,9 @@ async def proxy(request: web.Request) -> web.StreamResponse:
         try:
             answer = await conn.head
         except RelayError as exc:
-            raise ManagerError(
-                502, f"engine {dep_id} at http://{key[0]}:{key[1]} did not answer: {exc}"
-            ) from None
+            raise _no_answer(dep_id, key, exc) from None
         response = _Relayed(status=answer.status, reason=answer.reason, headers=answer.headers)
-        if answer.framing == "chunked" or answer.framing == "close":
+        if answer.framing in ("chunked", "close"):
             response.headers["Transfer-Encoding"] = "chunked"
         elif answer.framing == "length":
             response.headers["Content-Length"] = str(answer.length)

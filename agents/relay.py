@@ -53,7 +53,6 @@ class EngineConnection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.transport: asyncio.Transport | None = None
-        self.closed = False
         self._method = "GET"
         self._head_buf = b""
         self.head: asyncio.Future[Head] | None = None
@@ -184,7 +183,6 @@ class EngineConnection(asyncio.Protocol):
                 fut.exception()  # the head's is read by whoever waits; never "never retrieved"
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
         head, done = self.head, self.done
         if head is not None and not head.done():
             self._fail(RelayError(f"the engine closed the connection without an answer ({exc})"))
@@ -198,19 +196,11 @@ class EngineConnection(asyncio.Protocol):
         return None  # close our side too: connection_lost follows
 
     def close(self) -> None:
-        self.closed = True
         if self.transport is not None:
             self.transport.close()
 
     def reusable(self) -> bool:
-        return not self.closed and self.transport is not None and not self.transport.is_closing()
-
-
-SPARES = 1
-"""Spare connections kept per engine that closes after each answer.  One, not more: each
-open connection holds one of llama-server's HTTP threads (``--threads-http``, by default
-``-np`` + 2 where the node has fewer cores than that), and a load that fills every slot
-leaves it no more than that to spare."""
+        return self.transport is not None and not self.transport.is_closing()
 
 
 class EnginePool:
@@ -220,8 +210,11 @@ class EnginePool:
         self._loop = loop
         self._timeout_s = connect_timeout_s
         self._idle: dict[tuple[str, int], list[tuple[EngineConnection, float]]] = {}
-        self._spares: dict[tuple[str, int], list[tuple[EngineConnection, float]]] = {}
-        self._opening: dict[tuple[str, int], set[asyncio.Task[None]]] = {}
+        self._spares: dict[tuple[str, int], tuple[EngineConnection, float]] = {}
+        """One spare per engine, not more: each open connection holds one of llama-server's
+        HTTP threads (``--threads-http``, by default ``-np`` + 2 where the node has fewer
+        cores than that), and a load that fills every slot leaves it no more to spare."""
+        self._opening: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._closed = False
 
     async def _connect(self, key: tuple[str, int]) -> EngineConnection:
@@ -237,8 +230,8 @@ class EnginePool:
         return conn
 
     async def take(self, key: tuple[str, int], *, ahead: bool) -> EngineConnection:
-        """A connection for one request: an idle pooled one, a spare opened ahead (for an
-        engine that closes after each answer, ``ahead``: the spares are topped up here),
+        """A connection for one request: an idle pooled one, the spare opened ahead (for an
+        engine that closes after each answer, ``ahead``: the next spare is started here),
         or a new one."""
         now = self._loop.time()
         idle = self._idle.get(key)
@@ -248,21 +241,14 @@ class EnginePool:
                 return conn
             conn.close()
         if ahead:
-            spares = self._spares.setdefault(key, [])
-            opening = self._opening.setdefault(key, set())
-            taken = None
-            while spares and taken is None:
-                conn, opened_at = spares.pop(0)
+            spare = self._spares.pop(key, None)
+            if key not in self._opening and not self._closed:
+                self._opening[key] = self._loop.create_task(self._open_ahead(key))
+            if spare is not None:
+                conn, opened_at = spare
                 if conn.reusable() and now - opened_at < SPARE_MAX_AGE_S:
-                    taken = conn
-                else:
-                    conn.close()
-            while len(spares) + len(opening) < SPARES and not self._closed:
-                task = self._loop.create_task(self._open_ahead(key))
-                opening.add(task)
-                task.add_done_callback(opening.discard)
-            if taken is not None:
-                return taken
+                    return conn
+                conn.close()
         return await self._connect(key)
 
     def give_back(self, key: tuple[str, int], conn: EngineConnection) -> None:
@@ -291,30 +277,35 @@ class EnginePool:
             conn = await self._connect(key)
         except RelayError:
             return  # the next request connects itself and reports what failed
+        finally:
+            self._opening.pop(key, None)
         if self._closed:
             conn.close()
             return
-        self._spares.setdefault(key, []).append((conn, self._loop.time()))
+        old = self._spares.get(key)
+        if old is not None:
+            old[0].close()
+        self._spares[key] = (conn, self._loop.time())
         self._loop.call_later(SPARE_MAX_AGE_S, self._expire_spare, key, conn)
 
     def _expire_spare(self, key: tuple[str, int], conn: EngineConnection) -> None:
-        spares = self._spares.get(key, [])
-        for i, (spare, _) in enumerate(spares):
-            if spare is conn:
-                del spares[i]
-                conn.close()
-                break
+        spare = self._spares.get(key)
+        if spare is not None and spare[0] is conn:
+            del self._spares[key]
+            conn.close()
 
     async def close(self) -> None:
         self._closed = True
-        tasks = [task for opening in self._opening.values() for task in opening]
+        tasks = list(self._opening.values())
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for pooled in (*self._idle.values(), *self._spares.values()):
-            for conn, _ in pooled:
+        for idle in self._idle.values():
+            for conn, _ in idle:
                 conn.close()
+        for conn, _ in self._spares.values():
+            conn.close()
         self._idle.clear()
         self._spares.clear()

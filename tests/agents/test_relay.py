@@ -5,6 +5,7 @@ client connection unchanged, or as chunks where the engine's answer ends at its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator
@@ -140,6 +141,7 @@ async def _engine(answer: bytes, *, close: bool) -> tuple[asyncio.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
+@contextlib.asynccontextmanager
 async def _client_pair() -> AsyncIterator[tuple[asyncio.Transport, asyncio.StreamReader]]:
     """A real TCP connection: the transport the relay writes to and the reader at the far end."""
     accepted: asyncio.Future[asyncio.Transport] = asyncio.get_running_loop().create_future()
@@ -173,24 +175,22 @@ async def test_an_engines_answer_reaches_the_client_as_it_was_framed(
     close = expected is None
     server, port = await _engine(answer, close=close)
     pool = EnginePool(asyncio.get_running_loop(), 5.0)
-    pair = _client_pair()
-    sink, reader = await anext(pair)
     try:
-        conn = await pool.take(("127.0.0.1", port), ahead=False)
-        conn.send("GET", b"GET /x HTTP/1.1\r\nHost: e\r\n\r\n")
-        assert conn.head is not None and conn.done is not None
-        head = await asyncio.wait_for(conn.head, 10)
-        assert head.framing == (
-            "close" if close else "chunked" if b"chunked" in answer else "length"
-        )
-        sink.write(conn.take_pending())
-        conn.attach(sink, lambda: asyncio.get_running_loop().create_future())
-        await asyncio.wait_for(conn.done, 10)
-        sink.close()
-        got = await asyncio.wait_for(reader.read(), 10)
+        async with _client_pair() as (sink, reader):
+            conn = await pool.take(("127.0.0.1", port), ahead=False)
+            conn.send("GET", b"GET /x HTTP/1.1\r\nHost: e\r\n\r\n")
+            assert conn.head is not None and conn.done is not None
+            head = await asyncio.wait_for(conn.head, 10)
+            assert head.framing == (
+                "close" if close else "chunked" if b"chunked" in answer else "length"
+            )
+            sink.write(conn.take_pending())
+            conn.attach(sink, lambda: asyncio.get_running_loop().create_future())
+            await asyncio.wait_for(conn.done, 10)
+            sink.close()
+            got = await asyncio.wait_for(reader.read(), 10)
     finally:
         await pool.close()
-        await pair.aclose()
         server.close()
     if close:  # the handler writes the last chunk; the body's pieces arrive as chunks
         parts, rest = [], got
